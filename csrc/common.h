@@ -1,0 +1,40 @@
+// The PyTorch side shared by every op: stable-ABI tensor helpers, argument checks and the output
+// allocation through PyTorch's allocator (the caching allocator on CUDA).
+#pragma once
+
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/tensor.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fp8ops {
+
+using torch::stable::Tensor;
+using ScalarType = torch::headeronly::ScalarType;
+
+#define FP8OPS_CHECK(cond, ...) STD_TORCH_CHECK(cond, "fp8ops: ", __VA_ARGS__)
+
+inline int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+inline int64_t ceil_div(int64_t n, int64_t a) { return (n + a - 1) / a; }
+
+const char* dtype_name(ScalarType t);
+int32_t aoti_dtype(ScalarType t);
+
+// A fresh tensor of `sizes` and `strides` on `like`'s device, backed by a storage of exactly
+// `storage_numel` elements (so a padded layout owns its padding).
+Tensor new_strided(const Tensor& like, const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                   int64_t storage_numel, ScalarType dtype);
+
+// Contiguous tensor of `sizes`.
+Tensor new_contiguous(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype);
+
+// Argument checks shared by the ops: each names the op and the argument.
+void check_float_input(const char* op, const char* arg, const Tensor& t, bool allow_fp32);
+void check_eps(const char* op, double eps);
+void check_same_device(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b);
+
+}  // namespace fp8ops

@@ -1,0 +1,147 @@
+// CPU reference kernels: plain loops over the same numerics header the CUDA kernels use, so the
+// two agree bit for bit. Compiled with -ffp-contract=off: no multiply-add is fused behind our back.
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/BFloat16.h>
+#include <torch/headeronly/util/Half.h>
+
+#include <cstring>
+
+#include "../ops.h"
+#include "fp8ops/numerics.h"
+
+namespace fp8ops {
+namespace {
+
+template <typename T>
+float load_float(const void* base, int64_t i) {
+  return static_cast<float>(static_cast<const T*>(base)[i]);
+}
+
+template <typename T>
+void group_quant_rows(const GroupQuantParams& p, int64_t row_begin, int64_t row_end) {
+  float v[128];
+  for (int64_t rg = row_begin; rg < row_end; ++rg) {
+    const int64_t t = rg / p.G, g = rg % p.G;
+    for (int64_t s = 0; s < p.S; ++s) {
+      const int64_t x_off = t * p.x_stride_t + g * p.x_stride_g + s * p.group_size;
+      float scale = 0.0f;  // padding rows keep a zero scale and zero codes
+      if (t < p.T) {
+        float amax = 0.0f;
+        for (int i = 0; i < p.group_size; ++i) {
+          v[i] = load_float<T>(p.x, x_off + i);
+          amax = fmax_nonan(amax, finite_abs(v[i]));
+        }
+        scale = group_scale(amax, p.eps, p.ue8m0 || p.packed);
+      }
+      if (t < p.T_q) {
+        uint8_t* dst = p.q + rg * p.D + s * p.group_size;
+        if (t < p.T) {
+          const float r = 1.0f / scale;
+          for (int i = 0; i < p.group_size; ++i) dst[i] = e4m3_bits_host(scaled_clamped(v[i], r));
+        } else {
+          std::memset(dst, 0, p.group_size);
+        }
+      }
+      const int64_t word = scale_word_offset(p, t, g, s);
+      if (p.packed) {
+        uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(p.scale) + word);
+        bytes[s & 3] = t < p.T ? static_cast<uint8_t>(ue8m0_exponent(scale)) : 0;
+        if (s == p.S - 1) {
+          for (int64_t j = (s & 3) + 1; j < 4; ++j) bytes[j] = 0;
+        }
+      } else {
+        static_cast<float*>(p.scale)[word] = scale;
+      }
+    }
+  }
+}
+
+template <typename T>
+void store_out(void* out, int64_t i, float v);
+template <>
+void store_out<float>(void* out, int64_t i, float v) {
+  static_cast<float*>(out)[i] = v;
+}
+template <>
+void store_out<c10::BFloat16>(void* out, int64_t i, float v) {
+  // NaN is written as the canonical quiet NaN, as the CUDA kernel does.
+  const uint16_t bits = v != v ? 0x7FC0 : c10::BFloat16(v).x;
+  std::memcpy(static_cast<uint16_t*>(out) + i, &bits, 2);
+}
+template <>
+void store_out<c10::Half>(void* out, int64_t i, float v) {
+  const uint16_t bits = v != v ? 0x7E00 : c10::Half(v).x;
+  std::memcpy(static_cast<uint16_t*>(out) + i, &bits, 2);
+}
+
+template <typename T>
+void dequant_rows(const DequantParams& p, int64_t row_begin, int64_t row_end) {
+  for (int64_t bm = row_begin; bm < row_end; ++bm) {
+    const int64_t b = bm / p.M, m = bm % p.M;
+    for (int64_t k = 0; k < p.K; ++k) {
+      const uint8_t c = p.q[b * p.q_stride_b + m * p.q_stride_m + k * p.q_stride_k];
+      store_out<T>(p.out, bm * p.K + k, e4m3_to_float(c) * dequant_scale(p, b, m, k / p.group_size));
+    }
+  }
+}
+
+// Rows per parallel task: about 64 Ki elements of work each.
+int64_t grain_rows(int64_t row_elems) { return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, row_elems)); }
+
+}  // namespace
+
+void run_group_quant_cpu(const PreparedGroupQuant& prep) {
+  const GroupQuantParams& p = prep.params;
+  const int64_t rows = p.T_s * p.G;
+  if (rows == 0 || p.S == 0) return;
+  auto body = [&](int64_t b, int64_t e) {
+    switch (prep.x_dtype) {
+      case ScalarType::BFloat16: group_quant_rows<c10::BFloat16>(p, b, e); break;
+      case ScalarType::Half: group_quant_rows<c10::Half>(p, b, e); break;
+      default: group_quant_rows<float>(p, b, e); break;
+    }
+  };
+  torch::stable::parallel_for(0, rows, grain_rows(p.D), body);
+}
+
+void run_pack_ue8m0_cpu(const PreparedPack& prep) {
+  const PackUe8m0Params& p = prep.params;
+  // Validate everything before writing anything.
+  for (int64_t b = 0; b < p.B; ++b) {
+    for (int64_t m = 0; m < p.M; ++m) {
+      for (int64_t s = 0; s < p.S; ++s) {
+        const float v = p.in[b * p.in_stride_b + m * p.in_stride_m + s * p.in_stride_s];
+        FP8OPS_CHECK(is_packable_scale(v), "pack_ue8m0: scale[", b, ", ", m, ", ", s, "] = ", v,
+                     " is neither 0 nor a power of two in [2^-126, 2^127]; only UE8M0 scales can be packed");
+      }
+    }
+  }
+  for (int64_t b = 0; b < p.B; ++b) {
+    for (int64_t pw = 0; pw < p.P; ++pw) {
+      for (int64_t m = 0; m < p.Ma; ++m) {
+        uint32_t word = 0;
+        for (int64_t j = 0; j < 4 && m < p.M; ++j) {
+          const int64_t s = 4 * pw + j;
+          if (s < p.S) word |= pack_byte(p.in[b * p.in_stride_b + m * p.in_stride_m + s * p.in_stride_s]) << (8 * j);
+        }
+        p.out[(b * p.P + pw) * p.Ma + m] = static_cast<int32_t>(word);
+      }
+    }
+  }
+}
+
+void run_dequant_cpu(const PreparedDequant& prep) {
+  const DequantParams& p = prep.params;
+  const int64_t rows = p.B * p.M;
+  if (rows == 0 || p.K == 0) return;
+  auto body = [&](int64_t b, int64_t e) {
+    switch (prep.out_dtype) {
+      case ScalarType::BFloat16: dequant_rows<c10::BFloat16>(p, b, e); break;
+      case ScalarType::Half: dequant_rows<c10::Half>(p, b, e); break;
+      default: dequant_rows<float>(p, b, e); break;
+    }
+  };
+  torch::stable::parallel_for(0, rows, grain_rows(p.K), body);
+}
+
+}  // namespace fp8ops

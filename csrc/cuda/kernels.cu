@@ -1,0 +1,76 @@
+// CUDA launchers: a device guard, the current stream of the tensors' device, dtype dispatch, and
+// a check of every CUDA status. Validation and allocation happened in prepare.cpp.
+#include <torch/csrc/stable/accelerator.h>
+
+#include <array>
+#include <atomic>
+
+#include "../ops.h"
+#include "fp8ops/group_quant.cuh"
+#include "fp8ops/pack_dequant.cuh"
+
+namespace fp8ops {
+namespace {
+
+#define FP8OPS_CUDA_CHECK(expr, what)                                                               \
+  do {                                                                                              \
+    const cudaError_t err_ = (expr);                                                                \
+    FP8OPS_CHECK(err_ == cudaSuccess, what, ": CUDA error: ", cudaGetErrorString(err_), " (", #expr, \
+                 ")");                                                                              \
+  } while (0)
+
+cudaStream_t current_stream(int32_t device) {
+  void* stream = nullptr;
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_current_cuda_stream(device, &stream));
+  return static_cast<cudaStream_t>(stream);
+}
+
+// Multiprocessor count per device, read once (cudaDeviceGetAttribute is not free on a hot path).
+int sm_count(int32_t device) {
+  static std::array<std::atomic<int>, 64> cache{};
+  if (device >= 0 && device < static_cast<int32_t>(cache.size())) {
+    int n = cache[device].load(std::memory_order_relaxed);
+    if (n > 0) return n;
+  }
+  int n = 0;
+  FP8OPS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "sm_count");
+  if (device >= 0 && device < static_cast<int32_t>(cache.size())) cache[device].store(n, std::memory_order_relaxed);
+  return n;
+}
+
+}  // namespace
+
+void run_group_quant_cuda(const PreparedGroupQuant& prep) {
+  const int32_t device = prep.q.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const int sms = sm_count(device);
+  cudaError_t err = cudaSuccess;
+  switch (prep.x_dtype) {
+    case ScalarType::BFloat16: err = launch_group_quant<__nv_bfloat16>(prep.params, sms, stream); break;
+    case ScalarType::Half: err = launch_group_quant<__half>(prep.params, sms, stream); break;
+    default: err = launch_group_quant<float>(prep.params, sms, stream); break;
+  }
+  FP8OPS_CUDA_CHECK(err, "group quantization kernel");
+}
+
+void run_pack_ue8m0_cuda(const PreparedPack& prep) {
+  const int32_t device = prep.out.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  FP8OPS_CUDA_CHECK(launch_pack_ue8m0(prep.params, current_stream(device)), "pack_ue8m0 kernel");
+}
+
+void run_dequant_cuda(const PreparedDequant& prep) {
+  const int32_t device = prep.out.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  cudaError_t err = cudaSuccess;
+  switch (prep.out_dtype) {
+    case ScalarType::BFloat16: err = launch_dequant<__nv_bfloat16>(prep.params, stream); break;
+    case ScalarType::Half: err = launch_dequant<__half>(prep.params, stream); break;
+    default: err = launch_dequant<float>(prep.params, stream); break;
+  }
+  FP8OPS_CUDA_CHECK(err, "dequant kernel");
+}
+
+}  // namespace fp8ops

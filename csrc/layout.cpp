@@ -1,0 +1,45 @@
+#include "layout.h"
+
+namespace fp8ops {
+
+ScaleLayout parse_scale_layout(const std::string& name) {
+  if (name == "row") return ScaleLayout::kRow;
+  if (name == "col") return ScaleLayout::kCol;
+  if (name == "col_tma") return ScaleLayout::kColTma;
+  if (name == "col_tma_packed") return ScaleLayout::kColTmaPacked;
+  FP8OPS_CHECK(false, "per_token_group_quant: scale_layout must be one of 'row', 'col', 'col_tma', "
+               "'col_tma_packed', got '", name, "'");
+  return ScaleLayout::kRow;
+}
+
+ScaleGeometry per_token_scale_geometry(int64_t M, int64_t S, ScaleLayout layout, int64_t pad_rows_to) {
+  const int64_t Mp = align_up(M, pad_rows_to);
+  switch (layout) {
+    case ScaleLayout::kRow:
+      return {{Mp, S}, {S, 1}, Mp * S, ScalarType::Float, Mp};
+    case ScaleLayout::kCol:
+      return {{Mp, S}, {1, Mp}, Mp * S, ScalarType::Float, Mp};
+    case ScaleLayout::kColTma: {
+      const int64_t Ma = align_up(Mp, 4);
+      return {{Mp, S}, {1, Ma}, Ma * S, ScalarType::Float, Ma};
+    }
+    case ScaleLayout::kColTmaPacked: {
+      const int64_t Ma = align_up(Mp, 4), P = ceil_div(S, 4);
+      return {{Mp, P}, {1, Ma}, Ma * P, ScalarType::Int, Ma};
+    }
+  }
+  return {};
+}
+
+ScaleGeometry group_major_scale_geometry(int64_t T, int64_t G, int64_t S, bool packed) {
+  const int64_t Ta = align_up(T, 4), C = packed ? ceil_div(S, 4) : S;
+  return {{T, G, C}, {1, C * Ta, Ta}, G * C * Ta, packed ? ScalarType::Int : ScalarType::Float, Ta};
+}
+
+ScaleGeometry packed_scale_geometry(int64_t B, int64_t M, int64_t S, bool batched) {
+  const int64_t Ma = align_up(M, 4), P = ceil_div(S, 4);
+  if (!batched) return {{M, P}, {1, Ma}, Ma * P, ScalarType::Int, Ma};
+  return {{B, M, P}, {P * Ma, 1, Ma}, B * P * Ma, ScalarType::Int, Ma};
+}
+
+}  // namespace fp8ops

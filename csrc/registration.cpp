@@ -1,0 +1,65 @@
+// The whole public API: every schema of the fp8ops namespace, and its CPU and CUDA kernels.
+// Fake (meta) kernels are registered from Python, in fp8ops/_fake.py.
+#include <torch/csrc/stable/library.h>
+
+#include "ops.h"
+
+namespace fp8ops {
+namespace {
+
+template <void (*Run)(const PreparedGroupQuant&)>
+std::tuple<Tensor, Tensor> per_token_group_quant(Tensor x, int64_t group_size, std::string scale_layout, bool ue8m0,
+                                                 int64_t pad_rows_to, double eps) {
+  PreparedGroupQuant prep = prepare_per_token_group_quant(x, group_size, scale_layout, ue8m0, pad_rows_to, eps);
+  Run(prep);
+  return {prep.q, prep.scale};
+}
+
+template <void (*Run)(const PreparedGroupQuant&)>
+std::tuple<Tensor, Tensor> group_major_quant(Tensor x, bool ue8m0, bool packed, double eps) {
+  PreparedGroupQuant prep = prepare_group_major_quant(x, ue8m0, packed, eps);
+  Run(prep);
+  return {prep.q, prep.scale};
+}
+
+template <void (*Run)(const PreparedPack&)>
+Tensor pack_ue8m0(Tensor scale) {
+  PreparedPack prep = prepare_pack_ue8m0(scale);
+  Run(prep);
+  return prep.out;
+}
+
+template <void (*Run)(const PreparedDequant&)>
+Tensor dequant(Tensor q, Tensor scale, int64_t group_size, std::optional<ScalarType> out_dtype) {
+  PreparedDequant prep = prepare_dequant(q, scale, group_size, out_dtype);
+  Run(prep);
+  return prep.out;
+}
+
+}  // namespace
+}  // namespace fp8ops
+
+STABLE_TORCH_LIBRARY(fp8ops, m) {
+  m.def(
+      "per_token_group_quant(Tensor x, int group_size=128, str scale_layout=\"row\", bool ue8m0=False, "
+      "int pad_rows_to=1, float eps=1e-10) -> (Tensor q, Tensor scale)");
+  m.def("group_major_quant(Tensor x, bool ue8m0=False, bool packed=False, float eps=1e-10) -> (Tensor q, Tensor scale)");
+  m.def("pack_ue8m0(Tensor scale) -> Tensor");
+  m.def("dequant(Tensor q, Tensor scale, int group_size=128, ScalarType? out_dtype=None) -> Tensor");
+}
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ops, CPU, m) {
+  using namespace fp8ops;
+  m.impl("per_token_group_quant", TORCH_BOX(&per_token_group_quant<run_group_quant_cpu>));
+  m.impl("group_major_quant", TORCH_BOX(&group_major_quant<run_group_quant_cpu>));
+  m.impl("pack_ue8m0", TORCH_BOX(&pack_ue8m0<run_pack_ue8m0_cpu>));
+  m.impl("dequant", TORCH_BOX(&dequant<run_dequant_cpu>));
+}
+
+STABLE_TORCH_LIBRARY_IMPL(fp8ops, CUDA, m) {
+  using namespace fp8ops;
+  m.impl("per_token_group_quant", TORCH_BOX(&per_token_group_quant<run_group_quant_cuda>));
+  m.impl("group_major_quant", TORCH_BOX(&group_major_quant<run_group_quant_cuda>));
+  m.impl("pack_ue8m0", TORCH_BOX(&pack_ue8m0<run_pack_ue8m0_cuda>));
+  m.impl("dequant", TORCH_BOX(&dequant<run_dequant_cuda>));
+}

@@ -1,0 +1,11 @@
+"""fp8ops: FP8 quantization kernels whose scales land in their consumer GEMM's layout."""
+
+from . import _loader
+
+_LIBRARY = _loader.load()
+
+from . import _fake  # noqa: E402,F401  (registers the fake kernels)
+from .ops import dequant, group_major_quant, pack_ue8m0, per_token_group_quant  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["per_token_group_quant", "group_major_quant", "pack_ue8m0", "dequant", "__version__"]

@@ -1,0 +1,72 @@
+"""Typed wrappers of the torch.ops.fp8ops operators (SPEC.md is the contract)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["per_token_group_quant", "group_major_quant", "pack_ue8m0", "dequant"]
+
+
+def per_token_group_quant(
+    x: torch.Tensor,
+    group_size: int = 128,
+    scale_layout: str = "row",
+    ue8m0: bool = False,
+    pad_rows_to: int = 1,
+    eps: float = 1e-10,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize x ``[M, K]`` (or ``[..., K]``, leading dims flattened) to e4m3 per group of
+    ``group_size`` consecutive elements of a row, with one fp32 scale per group.
+
+    ``scale = max(amax, eps) / 448`` (a multiply by fp32 ``1/448``), ``q = e4m3(x / scale)``; NaN
+    codes to 0 and +-inf to +-448, and neither enters amax. With ``ue8m0`` the scale is rounded
+    up to a power of two. ``scale_layout`` picks the consumer's layout of the ``[Mp, K/group_size]``
+    scales, where ``Mp = align(M, pad_rows_to)``:
+
+    - ``"row"``: strides ``(S, 1)``; generic and Triton GEMMs.
+    - ``"col"``: strides ``(1, Mp)``; ``torch._scaled_mm`` blockwise 1x128, CUTLASS sm90.
+    - ``"col_tma"``: strides ``(1, align(Mp, 4))``; DeepGEMM SM90 ``fp8_gemm_nt``, zero-copy.
+    - ``"col_tma_packed"``: int32 ``[Mp, ceil(S/4)]`` of UE8M0 exponent bytes, strides
+      ``(1, align(Mp, 4))``; DeepGEMM SM100. Always UE8M0.
+
+    Rows ``M..Mp-1`` and all layout padding are zero. Returns ``(q [Mp, K] e4m3, scale)``.
+    """
+    return torch.ops.fp8ops.per_token_group_quant(x, group_size, scale_layout, ue8m0, pad_rows_to, eps)
+
+
+def group_major_quant(
+    x: torch.Tensor, ue8m0: bool = False, packed: bool = False, eps: float = 1e-10
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize x ``[T, G, D]`` (token and group strides arbitrary, D contiguous) per 128 elements
+    of D, writing the scales group-major, the layout of DeepGEMM's ``fp8_einsum("bhr,hdr->bhd")``.
+
+    Returns q ``[T, G, D]`` e4m3 contiguous and the scale: fp32 ``[T, G, D/128]`` with strides
+    ``(1, S*Ta, Ta)``, ``Ta = align(T, 4)``, or with ``packed`` int32 UE8M0 words ``[T, G, P]``,
+    ``P = ceil(S/4)``, strides ``(1, P*Ta, Ta)`` (always UE8M0). Token padding is zero.
+    """
+    return torch.ops.fp8ops.group_major_quant(x, ue8m0, packed, eps)
+
+
+def pack_ue8m0(scale: torch.Tensor) -> torch.Tensor:
+    """Pack fp32 UE8M0 scales ``[M, S]`` or ``[B, M, S]`` (any strides) into int32 words in the
+    ``col_tma_packed`` layout: ``[M, ceil(S/4)]`` strides ``(1, align(M, 4))``, or 3-D strides
+    ``(P*align(M, 4), 1, align(M, 4))``.
+
+    Each scale must be 0.0 (packed as byte 0, the padding value) or a power of two in
+    ``[2^-126, 2^127]``. The CPU kernel raises otherwise. The CUDA kernel cannot check without a
+    host sync, so it rounds such a scale's exponent up (clamped to ``[1, 254]``) and never traps:
+    the packed scale then no longer matches the codes quantized with the original one.
+    """
+    return torch.ops.fp8ops.pack_ue8m0(scale)
+
+
+def dequant(
+    q: torch.Tensor, scale: torch.Tensor, group_size: int = 128, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
+    """Reverse any fp8ops quantization: ``float(q) * scale`` per group of ``group_size``, then one
+    round-to-nearest-even cast to ``out_dtype`` (float32 by default). q is 2-D or 3-D e4m3; scale
+    has q's rank and is fp32 ``[..., K/group_size]`` or packed int32 ``[..., ceil(K/group_size/4)]``,
+    read through its strides (every fp8ops layout works). Packed byte 0 reads as scale 0. For tests
+    and debugging; not tuned for speed.
+    """
+    return torch.ops.fp8ops.dequant(q, scale, group_size, out_dtype)

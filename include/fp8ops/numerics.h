@@ -1,0 +1,128 @@
+// Scalar numerics shared by every quantizing kernel, on the host (the CPU reference) and on the
+// device. Both sides call these functions, so they agree by construction; the tests hold this
+// header to an independent torch expression of SPEC section 5.
+#pragma once
+
+#include <cstdint>
+#include <cmath>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#include <cuda_fp8.h>
+#define FP8OPS_HD __host__ __device__ __forceinline__
+#else
+#define FP8OPS_HD inline
+#endif
+
+namespace fp8ops {
+
+// 1/448 rounded to fp32 (0x3B124925). The scale is amax * kInvE4m3Max, a multiply and not a
+// division by 448: the two differ in about half of all cases, and DeepGEMM and SGLang multiply.
+constexpr float kE4m3Max = 448.0f;
+constexpr uint32_t kInvE4m3MaxBits = 0x3B124925u;
+
+FP8OPS_HD uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+#endif
+}
+
+FP8OPS_HD float bits_float(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+#endif
+}
+
+FP8OPS_HD float inv_e4m3_max() { return bits_float(kInvE4m3MaxBits); }
+
+// |v| if v is finite, else 0: NaN and +-inf never enter a group's amax.
+FP8OPS_HD float finite_abs(float v) {
+#if defined(__CUDA_ARCH__)
+  const float a = fabsf(v);
+#else
+  const float a = std::fabs(v);
+#endif
+  return a <= 3.40282347e38f ? a : 0.0f;  // false for NaN and inf
+}
+
+FP8OPS_HD float fmax_nonan(float a, float b) { return a > b ? a : b; }
+
+// UE8M0 rounding: up to the next power of two, biased exponent clamped to [1, 254].
+FP8OPS_HD uint32_t ue8m0_exponent(float scale) {
+  const uint32_t b = float_bits(scale) & 0x7FFFFFFFu;
+  uint32_t e = (b >> 23) + ((b & 0x7FFFFFu) != 0u ? 1u : 0u);
+  e = e < 1u ? 1u : e;
+  return e > 254u ? 254u : e;
+}
+
+FP8OPS_HD float ue8m0_value(uint32_t e) { return bits_float(e << 23); }
+
+// scale = max(amax, eps) * C, optionally rounded up to a power of two.
+FP8OPS_HD float group_scale(float amax, float eps, bool ue8m0) {
+  const float s = fmax_nonan(amax, eps) * inv_e4m3_max();
+  return ue8m0 ? ue8m0_value(ue8m0_exponent(s)) : s;
+}
+
+// The value that is converted to e4m3: NaN -> 0, then x * r clamped to [-448, 448]
+// (so +-inf -> +-448).
+FP8OPS_HD float scaled_clamped(float v, float r) {
+  v = v != v ? 0.0f : v;
+  float y = v * r;
+  y = y < -kE4m3Max ? -kE4m3Max : y;
+  return y > kE4m3Max ? kE4m3Max : y;
+}
+
+// Round-to-nearest-even conversion of a value already in [-448, 448] (not NaN) to e4m3fn bits.
+// The device path uses the hardware conversion; the host path is the same function in integer
+// arithmetic, and the GPU tests hold the two equal.
+FP8OPS_HD uint8_t e4m3_bits_host(float f) {
+  const uint32_t u = float_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  const uint32_t b = u & 0x7FFFFFFFu;
+  const uint32_t exp = b >> 23;
+  if (exp >= 121u) {  // |f| >= 2^-6, the smallest e4m3 normal
+    // Round the 23-bit mantissa to 3 bits (ties to even) and rebias 127 -> 7; a mantissa carry
+    // moves into the exponent by itself.
+    const uint32_t r = (b + 0x7FFFFu + ((b >> 20) & 1u)) >> 20;
+    return static_cast<uint8_t>(sign | (r - (120u << 3)));
+  }
+  // Subnormal e4m3: round |f| * 2^9 to an integer (ties to even); 8 is the smallest normal's code.
+  const uint32_t m = exp == 0u ? (b & 0x7FFFFFu) : ((b & 0x7FFFFFu) | 0x800000u);
+  const uint32_t e = exp == 0u ? 1u : exp;  // fp32 subnormals share exponent 1's scale
+  if (e <= 109u) return sign;                // below 2^-17: rounds to zero
+  const uint32_t shift = 141u - e;           // 21..31
+  uint32_t q = m >> shift;
+  const uint32_t rem = m & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return static_cast<uint8_t>(sign | q);
+}
+
+#if defined(__CUDACC__)
+// Two values at once with the sm_89+ conversion instruction (cvt.rn.satfinite.e4m3x2.f32):
+// low byte from a, high byte from b.
+__device__ __forceinline__ uint16_t e4m3x2_bits_device(float a, float b) {
+  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+#endif
+
+// e4m3fn code to fp32, exactly (0x7F and 0xFF are NaN).
+FP8OPS_HD float e4m3_to_float(uint8_t c) {
+  const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
+  const uint32_t exp = (c >> 3) & 0xFu;
+  const uint32_t man = c & 0x7u;
+  if (exp == 0xFu && man == 0x7u) return bits_float(sign | 0x7FC00000u);
+  if (exp != 0u) return bits_float(sign | ((exp + 120u) << 23) | (man << 20));
+  // Subnormal: man * 2^-9, exact in fp32.
+  return bits_float(sign | float_bits(static_cast<float>(man) * 0.001953125f));
+}
+
+}  // namespace fp8ops

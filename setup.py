@@ -1,0 +1,89 @@
+"""Builds fp8ops._C, one abi3 library on the LibTorch stable ABI (torch >= 2.11, Python >= 3.10).
+
+Environment:
+  CUDA_HOME              the CUDA toolkit (else /usr/local/cuda if it has bin/nvcc, else the folder
+                         above the real path of the nvcc on PATH)
+  TORCH_CUDA_ARCH_LIST   GPU targets, e.g. "9.0a;10.0a" (the default)
+  MAX_JOBS               parallel compile jobs (ninja)
+"""
+
+import glob
+import os
+import shutil
+
+from setuptools import setup
+
+
+def _find_cuda_home():
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    if os.path.isfile("/usr/local/cuda/bin/nvcc"):
+        return "/usr/local/cuda"
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        return os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
+    return None
+
+
+# torch.utils.cpp_extension reads CUDA_HOME when it is imported, so it must be set first: a
+# wrapper script at /usr/local/bin/nvcc would otherwise make it pick /usr/local.
+_cuda_home = _find_cuda_home()
+if _cuda_home:
+    os.environ["CUDA_HOME"] = _cuda_home
+
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_ARCHS = "9.0a;10.0a"
+TORCH_TARGET_VERSION = "0x020b000000000000"  # the stable ABI of torch 2.11
+PY_LIMITED_API = "0x030a0000"  # Python 3.10
+
+
+def _gencode_flags():
+    archs = os.environ.get("TORCH_CUDA_ARCH_LIST") or DEFAULT_ARCHS
+    flags = []
+    for arch in archs.replace(",", ";").replace(" ", ";").split(";"):
+        arch = arch.strip()
+        if not arch:
+            continue
+        ptx = arch.endswith("+PTX")
+        arch = arch.removesuffix("+PTX")
+        num = arch.replace(".", "")
+        flags.append(f"-gencode=arch=compute_{num},code=sm_{num}")
+        if ptx:
+            flags.append(f"-gencode=arch=compute_{num},code=compute_{num}")
+    return flags
+
+
+def _extension():
+    sources = sorted(
+        glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp") + glob.glob("csrc/cuda/*.cu")
+    )
+    defines = [
+        f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
+        f"-DPy_LIMITED_API={PY_LIMITED_API}",
+        "-DUSE_CUDA",
+    ]
+    cxx = ["-O3", "-std=c++17", "-ffp-contract=off", *defines]
+    nvcc = [
+        "-O3",
+        "-std=c++17",
+        "--expt-relaxed-constexpr",
+        "-Xcompiler=-ffp-contract=off",
+        *defines,
+        *_gencode_flags(),
+    ]
+    return CUDAExtension(
+        name="fp8ops._C",
+        sources=sources,
+        include_dirs=[os.path.join(ROOT, "include")],
+        extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+        py_limited_api=True,
+    )
+
+
+setup(
+    ext_modules=[_extension()],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)
