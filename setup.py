@@ -36,7 +36,6 @@ from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E40
 ROOT = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_ARCHS = "9.0a;10.0a"
 TORCH_TARGET_VERSION = "0x020b000000000000"  # the stable ABI of torch 2.11
-PY_LIMITED_API = "0x030a0000"  # Python 3.10
 
 
 def _gencode_flags():
@@ -61,18 +60,18 @@ def _extension():
     )
     defines = [
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
-        f"-DPy_LIMITED_API={PY_LIMITED_API}",
         "-DUSE_CUDA",
     ]
-    cxx = ["-O3", "-std=c++17", "-ffp-contract=off", *defines]
+    cxx = ["-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden", *defines]
     nvcc = [
         "-O3",
         "-std=c++17",
         "--expt-relaxed-constexpr",
-        "-Xcompiler=-ffp-contract=off",
+        "-Xcompiler=-ffp-contract=off,-fvisibility=hidden",
         *defines,
         *_gencode_flags(),
     ]
+    # py_limited_api=True makes torch add -DPy_LIMITED_API=0x030A0000 (Python 3.10).
     return CUDAExtension(
         name="fp8ops._C",
         sources=sources,

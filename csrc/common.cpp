@@ -1,5 +1,6 @@
 #include "common.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace fp8ops {
@@ -45,10 +46,12 @@ Tensor new_strided(const Tensor& like, const std::vector<int64_t>& sizes, const 
 }
 
 Tensor new_contiguous(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype) {
+  // torch's contiguous strides: empty dims count as size 1.
   std::vector<int64_t> strides(sizes.size());
-  int64_t numel = 1;
+  int64_t stride = 1, numel = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
-    strides[i] = numel;
+    strides[i] = stride;
+    stride *= std::max<int64_t>(sizes[i], 1);
     numel *= sizes[i];
   }
   return new_strided(like, sizes, strides, numel, dtype);

@@ -1,0 +1,114 @@
+"""Plain torch expressions of SPEC.md, independent of the C++ code.
+
+Used by the tests (as the independent reference), by the benchmark's self-check, and, compiled with
+torch.compile, as the benchmark's "what a user would write" baseline. Each function returns its
+scales in the requested layout with explicit zero padding, built by plain torch indexing.
+"""
+
+from __future__ import annotations
+
+import torch
+
+E4M3 = torch.float8_e4m3fn
+INV_E4M3_MAX = 1.0 / 448.0  # rounds to fp32 0x3B124925 when it multiplies an fp32 tensor
+
+
+def align(n: int, a: int) -> int:
+    return (n + a - 1) // a * a
+
+
+def ue8m0_round(s: torch.Tensor) -> torch.Tensor:
+    """Round positive fp32 scales up to a power of two, biased exponent clamped to [1, 254]."""
+    return (ue8m0_exponent(s) << 23).view(torch.float32)
+
+
+def ue8m0_exponent(s: torch.Tensor) -> torch.Tensor:
+    bits = s.view(torch.int32) & 0x7FFFFFFF
+    e = (bits >> 23) + ((bits & 0x7FFFFF) != 0).to(torch.int32)
+    return e.clamp(1, 254)
+
+
+def quant_groups(x: torch.Tensor, group_size: int, ue8m0: bool, eps: float):
+    """SPEC section 5 on the last dim of x: returns (q e4m3 like x, scale fp32 [..., K/group_size])."""
+    shape = x.shape
+    xf = x.float().reshape(*shape[:-1], shape[-1] // group_size, group_size)
+    a = xf.abs().masked_fill(~xf.isfinite(), 0.0).amax(-1, keepdim=True)
+    s = a.clamp(min=eps) * INV_E4M3_MAX
+    if ue8m0:
+        s = ue8m0_round(s)
+    xs = torch.where(xf.isnan(), torch.zeros_like(xf), xf) * (1.0 / s)
+    q = xs.clamp(-448.0, 448.0).to(E4M3)
+    return q.reshape(shape), s.squeeze(-1)
+
+
+def pack_exponents(s: torch.Tensor) -> torch.Tensor:
+    """fp32 UE8M0 scales [..., S] -> int32 words [..., ceil(S/4)], byte j of word p = group 4p+j."""
+    e = torch.where(s == 0, torch.zeros_like(s, dtype=torch.int32), ue8m0_exponent(s)).to(torch.uint8)
+    S = s.shape[-1]
+    P = (S + 3) // 4
+    padded = torch.zeros(*s.shape[:-1], 4 * P, dtype=torch.uint8, device=s.device)
+    padded[..., :S] = e
+    return padded.view(torch.int32)
+
+
+def mn_major(values: torch.Tensor, rows_storage: int, rows_logical: int) -> torch.Tensor:
+    """[M, C] values into a zeroed [C, rows_storage] storage, returned as the [rows_logical, C] view
+    with strides (1, rows_storage)."""
+    M, C = values.shape
+    storage = torch.zeros(C, rows_storage, dtype=values.dtype, device=values.device)
+    storage[:, :M] = values.t()
+    return storage[:, :rows_logical].t()
+
+
+def per_token_group_quant(
+    x: torch.Tensor,
+    group_size: int = 128,
+    scale_layout: str = "row",
+    ue8m0: bool = False,
+    pad_rows_to: int = 1,
+    eps: float = 1e-10,
+):
+    """The torch expression of per_token_group_quant: (q [Mp, K], scale in the requested layout)."""
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    M = x2.shape[0]
+    Mp = align(M, pad_rows_to)
+    packed = scale_layout == "col_tma_packed"
+    q, s = quant_groups(x2, group_size, ue8m0 or packed, eps)
+    q_out = torch.zeros(Mp, K, dtype=E4M3, device=x.device)
+    q_out[:M] = q
+    if scale_layout == "row":
+        s_out = torch.zeros(Mp, K // group_size, dtype=torch.float32, device=x.device)
+        s_out[:M] = s
+    elif scale_layout == "col":
+        s_out = mn_major(s, Mp, Mp)
+    elif scale_layout == "col_tma":
+        s_out = mn_major(s, align(Mp, 4), Mp)
+    elif scale_layout == "col_tma_packed":
+        s_out = mn_major(pack_exponents(s), align(Mp, 4), Mp)
+    else:
+        raise ValueError(f"unknown scale_layout {scale_layout!r}")
+    return q_out, s_out
+
+
+def group_major_quant(x: torch.Tensor, ue8m0: bool = False, packed: bool = False, eps: float = 1e-10):
+    """The torch expression of group_major_quant: (q [T, G, D], scale [T, G, C] group-major)."""
+    T, G, D = x.shape
+    q, s = quant_groups(x, 128, ue8m0 or packed, eps)  # s [T, G, S]
+    vals = pack_exponents(s) if packed else s
+    C = vals.shape[-1]
+    Ta = align(T, 4)
+    storage = torch.zeros(G, C, Ta, dtype=vals.dtype, device=x.device)
+    storage[:, :, :T] = vals.permute(1, 2, 0)
+    return q.contiguous(), storage[:, :, :T].permute(2, 0, 1)
+
+
+def dequant(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128, out_dtype=None):
+    """float(q) * scale per group, then one cast; packed int32 scales are unpacked first."""
+    if scale.dtype == torch.int32:
+        b = scale.contiguous().view(torch.uint8).reshape(*scale.shape, 4).flatten(-2).to(torch.int32)
+        scale = torch.where(b == 0, torch.zeros_like(b, dtype=torch.float32), (b << 23).view(torch.float32))
+    S = q.shape[-1] // group_size
+    s = scale[..., :S].float().unsqueeze(-1)
+    y = (q.float().reshape(*q.shape[:-1], S, group_size) * s).reshape(q.shape)
+    return y.to(out_dtype or torch.float32)

@@ -1,0 +1,29 @@
+import os
+
+import pytest
+import torch
+
+import fp8ops  # noqa: F401  (loads the library and the fakes)
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="no CUDA device")
+    for item in items:
+        if "gpu" in item.keywords and not HAS_CUDA:
+            item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fresh_seed():
+    """Fresh random inputs every run; the seed is printed, so a failure can be replayed with
+    FP8OPS_TEST_SEED=<seed>."""
+    seed = int(os.environ.get("FP8OPS_TEST_SEED", int.from_bytes(os.urandom(4), "little")))
+    torch.manual_seed(seed)
+    print(f"seed={seed}")
+    yield seed
+
+
+def devices():
+    return ["cpu", "cuda"] if HAS_CUDA else ["cpu"]

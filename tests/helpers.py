@@ -1,0 +1,60 @@
+"""Input generators and comparison helpers shared by the tests."""
+
+from __future__ import annotations
+
+import torch
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def make_input(shape, dtype, device="cpu", nonfinite=False, zero_groups=True):
+    """Random rows of very different magnitudes (1e-4 .. 1e4, within fp16 range), some all-zero
+    rows; with nonfinite, NaN, +inf and -inf sprinkled in."""
+    x = torch.randn(shape, dtype=torch.float32)
+    if x.numel():
+        mag = torch.exp(torch.empty(*shape[:-1], 1).uniform_(-9.0, 9.0))
+        x = x * mag
+        if zero_groups and x.dim() >= 2 and shape[0] > 2:
+            x[1] = 0.0
+    x = x.to(dtype)
+    if nonfinite and x.numel():
+        flat = x.view(-1)
+        n = flat.numel()
+        for val in (float("nan"), float("inf"), float("-inf")):
+            idx = torch.randint(0, n, (max(1, n // 97),))
+            flat[idx] = val
+        # one whole group of non-finite values
+        flat[: min(n, 32)] = float("nan")
+    return x.to(device)
+
+
+def strided_rows(x: torch.Tensor, pad: int = 64) -> torch.Tensor:
+    """The same values as a row-strided view (row stride K + pad)."""
+    *lead, K = x.shape
+    big = torch.empty(*lead, K + pad, dtype=x.dtype, device=x.device)
+    big.normal_()
+    big[..., :K] = x
+    return big[..., :K]
+
+
+def misaligned(x: torch.Tensor) -> torch.Tensor:
+    """The same values at a base address that is not 16-byte aligned (one element offset)."""
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype, device=x.device)
+    flat[1:] = x.reshape(-1)
+    return flat[1:].view(x.shape)
+
+
+def raw_bytes(t: torch.Tensor) -> torch.Tensor:
+    """Every byte of t's storage, padding included."""
+    st = t.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (st.nbytes(),), (1,)).clone()
+
+
+def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what=""):
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
+    assert a.dtype == b.dtype, f"{what}: dtype {a.dtype} != {b.dtype}"
+    ab = a.contiguous().view(torch.uint8) if a.element_size() == 1 else a.contiguous().view(torch.int32 if a.element_size() == 4 else torch.int16)
+    bb = b.contiguous().view(torch.uint8) if b.element_size() == 1 else b.contiguous().view(torch.int32 if b.element_size() == 4 else torch.int16)
+    if not torch.equal(ab.cpu(), bb.cpu()):
+        diff = (ab.cpu() != bb.cpu()).nonzero()
+        raise AssertionError(f"{what}: {diff.shape[0]} elements differ, first at {diff[0].tolist()}")

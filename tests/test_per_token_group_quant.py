@@ -1,0 +1,362 @@
+"""per_token_group_quant: layouts, numerics against the torch expression of SPEC section 5, padding,
+bad inputs, opcheck, torch.compile; and on a GPU, bit-identity with the CPU kernel, CUDA graphs,
+streams and very large inputs."""
+
+import itertools
+
+import pytest
+import torch
+
+import fp8ops
+from fp8ops import _layout
+from fp8ops import reference as ref
+from helpers import DTYPES, assert_same_bits, make_input, misaligned, raw_bytes, strided_rows
+
+LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
+M_SIZES = (0, 1, 3, 4, 5, 17, 4097)
+
+
+def expected_geometry(M, K, group_size, layout, pad_rows_to):
+    """SPEC section 2's table, written out independently of fp8ops._layout."""
+    S = K // group_size
+    Mp = -(-M // pad_rows_to) * pad_rows_to
+    Ma = -(-Mp // 4) * 4
+    table = {
+        "row": ((Mp, S), (S, 1), torch.float32, Mp * S * 4),
+        "col": ((Mp, S), (1, Mp), torch.float32, Mp * S * 4),
+        "col_tma": ((Mp, S), (1, Ma), torch.float32, Ma * S * 4),
+        "col_tma_packed": ((Mp, -(-S // 4)), (1, Ma), torch.int32, Ma * -(-S // 4) * 4),
+    }
+    return table[layout]
+
+
+def check_against_reference(x, group_size=128, scale_layout="row", ue8m0=False, pad_rows_to=1, eps=1e-10):
+    q, s = fp8ops.per_token_group_quant(x, group_size, scale_layout, ue8m0, pad_rows_to, eps)
+    rq, rs = ref.per_token_group_quant(x.cpu(), group_size, scale_layout, ue8m0, pad_rows_to, eps)
+    what = f"{tuple(x.shape)} {x.dtype} gs={group_size} {scale_layout} ue8m0={ue8m0} pad={pad_rows_to} eps={eps}"
+    assert_same_bits(q, rq, "q " + what)
+    assert_same_bits(s, rs, "scale " + what)
+    # Every byte of the scale storage, padding included.
+    assert torch.equal(raw_bytes(s).cpu(), raw_bytes(rs)), "scale storage " + what
+    return q, s
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("pad_rows_to", (1, 4, 16))
+def test_shapes_and_strides(layout, pad_rows_to):
+    for M, K, gs in itertools.product(M_SIZES, (0, 128, 384, 1536), (32, 64, 128)):
+        if M == 4097 and K > 384:
+            continue
+        x = torch.randn(M, K, dtype=torch.bfloat16)
+        q, s = fp8ops.per_token_group_quant(x, gs, layout, pad_rows_to=pad_rows_to)
+        sizes, strides, dtype, nbytes = expected_geometry(M, K, gs, layout, pad_rows_to)
+        assert q.shape == (sizes[0], K) and q.dtype == torch.float8_e4m3fn and q.is_contiguous()
+        assert (tuple(s.shape), s.stride(), s.dtype) == (sizes, strides, dtype), (M, K, gs)
+        assert s.untyped_storage().nbytes() == nbytes, (M, K, gs)
+        # The Python twin of the C++ layout function, and the fake kernel, agree.
+        assert _layout.per_token_scale_geometry(M, K // gs, layout, pad_rows_to) == (sizes, strides, dtype)
+        mq, ms = fp8ops.per_token_group_quant(x.to("meta"), gs, layout, pad_rows_to=pad_rows_to)
+        assert (mq.shape, mq.stride(), mq.dtype) == (q.shape, q.stride(), q.dtype)
+        assert (ms.shape, ms.stride(), ms.dtype) == (s.shape, s.stride(), s.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("ue8m0", (False, True))
+def test_matches_torch_expression(dtype, layout, ue8m0):
+    for M in M_SIZES:
+        K = 2048 if M == 4097 else 1024
+        x = make_input((M, K), dtype)
+        check_against_reference(x, 128, layout, ue8m0, pad_rows_to=4 if M % 2 else 1)
+
+
+@pytest.mark.parametrize("group_size", (32, 64))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_small_groups(group_size, dtype):
+    for layout, M in itertools.product(LAYOUTS, (1, 5, 17, 130)):
+        x = make_input((M, 7 * 64), dtype)  # S odd for group 64: exercises packed tail bytes
+        check_against_reference(x, group_size, layout, ue8m0=M % 2 == 1)
+
+
+@pytest.mark.parametrize("eps", (1e-30, 1e-10, 1e-4, 1.0, 1e30))
+def test_eps(eps):
+    x = make_input((33, 512), torch.bfloat16)
+    x[3] *= 1e-30  # groups whose amax falls under eps
+    for layout in LAYOUTS:
+        check_against_reference(x, 128, layout, ue8m0=False, eps=eps)
+        check_against_reference(x, 128, layout, ue8m0=True, eps=eps)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_non_finite_inputs(dtype):
+    x = make_input((37, 1024), dtype, nonfinite=True)
+    for layout in LAYOUTS:
+        q, s = check_against_reference(x, 128, layout, ue8m0=layout == "col")
+        codes = q.view(torch.uint8)
+        assert not ((codes & 0x7F) == 0x7F).any(), "no output may hold the e4m3 NaN code"
+        if s.dtype == torch.float32:
+            assert torch.isfinite(s).all() and (s[: x.shape[0]] > 0).all()
+
+
+def test_non_finite_semantics():
+    x = torch.zeros(1, 128, dtype=torch.float32)
+    x[0, :4] = torch.tensor([float("nan"), float("inf"), float("-inf"), 2.0])
+    q, s = fp8ops.per_token_group_quant(x)
+    assert s.item() == torch.tensor(2.0 / 448.0, dtype=torch.float32).item() or s.item() == (
+        torch.tensor(2.0) * torch.tensor(1.0 / 448.0)
+    ).item()
+    vals = q.float()[0, :4].tolist()
+    assert vals == [0.0, 448.0, -448.0, 448.0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_misaligned_and_leading_dims(dtype):
+    base = make_input((19, 768), dtype)
+    for layout in LAYOUTS:
+        check_against_reference(strided_rows(base, 8), 128, layout)  # row stride not 16-byte aligned
+        check_against_reference(strided_rows(base, 64), 128, layout)
+        check_against_reference(misaligned(base), 128, layout)
+        x3 = make_input((2, 3, 5, 256), dtype)
+        q, s = check_against_reference(x3, 64, layout, pad_rows_to=4)
+        assert q.shape == (32, 256)
+        # A leading-dim slice that still views as [-1, K].
+        sliced = strided_rows(x3, 32)[1:]
+        sliced.view(-1, 256)
+        check_against_reference(sliced, 128, layout)
+        # Broadcast rows (row stride 0).
+        check_against_reference(base[:1].expand(6, 768), 128, layout)
+
+
+def test_leading_dims_that_cannot_be_flattened():
+    x = torch.randn(4, 6, 256, dtype=torch.bfloat16).transpose(0, 1)
+    with pytest.raises(RuntimeError, match="leading dims"):
+        fp8ops.per_token_group_quant(x)
+
+
+BAD_INPUTS = [
+    (lambda: torch.randn(4, 256).to(torch.int32), {}, "x must be bfloat16, float16 or float32"),
+    (lambda: torch.randn(4, 256, dtype=torch.float64), {}, "x must be bfloat16"),
+    (lambda: torch.randn(256, dtype=torch.bfloat16), {}, "at least 2 dims"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"group_size": 96}, "group_size must be 32, 64 or 128"),
+    (lambda: torch.randn(4, 200, dtype=torch.bfloat16), {}, "must be a multiple of group_size"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"scale_layout": "colmajor"}, "scale_layout must be one of"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"pad_rows_to": 0}, "pad_rows_to must be >= 1"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"eps": 0.0}, "eps must be finite"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"eps": 1e-31}, "eps must be finite"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"eps": float("nan")}, "eps must be finite"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"eps": float("inf")}, "eps must be finite"),
+    (lambda: torch.randn(4, 256, dtype=torch.bfloat16), {"eps": 1e39}, "eps must be finite"),
+    (lambda: torch.randn(256, 4, dtype=torch.bfloat16).t(), {}, "last dim must be contiguous"),
+]
+
+
+@pytest.mark.parametrize("make, kwargs, match", BAD_INPUTS)
+def test_bad_inputs_raise(make, kwargs, match):
+    with pytest.raises(RuntimeError, match=match):
+        fp8ops.per_token_group_quant(make(), **kwargs)
+
+
+def test_deterministic_poison_reaches_allocations():
+    """With deterministic mode's fill_uninitialized_memory, fresh CPU tensors are filled with NaN
+    (float) or the max integer, so an unwritten output byte would show; this checks the poison is
+    active in this torch, then that every padding byte came out zero anyway."""
+    old_det = torch.are_deterministic_algorithms_enabled()
+    old_fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        probe = torch.empty_strided((8, 3), (1, 8), dtype=torch.float32)
+        assert torch.isnan(probe).all(), "poisoning is not active"
+        x = make_input((5, 384), torch.bfloat16)
+        for layout in LAYOUTS:
+            check_against_reference(x, 128, layout, pad_rows_to=8)
+            check_against_reference(x, 64, layout, pad_rows_to=3)
+    finally:
+        torch.use_deterministic_algorithms(old_det)
+        torch.utils.deterministic.fill_uninitialized_memory = old_fill
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_opcheck(layout):
+    for M, ue8m0, pad in ((5, False, 1), (8, True, 4), (0, False, 4)):
+        x = make_input((M, 256), torch.bfloat16)
+        torch.library.opcheck(
+            torch.ops.fp8ops.per_token_group_quant.default,
+            (x,),
+            {"group_size": 128, "scale_layout": layout, "ue8m0": ue8m0, "pad_rows_to": pad, "eps": 1e-10},
+        )
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_torch_compile_dynamic_cpu(layout):
+    torch._dynamo.reset()
+
+    def f(x):
+        q, s = fp8ops.per_token_group_quant(x, 128, layout, pad_rows_to=4)
+        return q, s
+
+    cf = torch.compile(f, fullgraph=True, dynamic=True)
+    for M in (3, 9, 17):
+        x = make_input((M, 512), torch.bfloat16)
+        q, s = cf(x)
+        eq, es = f(x)
+        assert_same_bits(q, eq, "compiled q")
+        assert_same_bits(s, es, "compiled scale")
+        assert s.stride() == es.stride()
+
+
+# ----------------------------------------------------------------------------------------- GPU
+
+
+def cuda_equals_cpu(x, *args):
+    q, s = fp8ops.per_token_group_quant(x, *args)
+    cq, cs = fp8ops.per_token_group_quant(x.cpu(), *args)
+    what = f"{tuple(x.shape)} {x.dtype} {args}"
+    assert q.is_cuda and s.is_cuda and q.device == x.device
+    assert (s.shape, s.stride(), s.dtype) == (cs.shape, cs.stride(), cs.dtype), what
+    assert_same_bits(q, cq, "q " + what)
+    assert torch.equal(raw_bytes(s).cpu(), raw_bytes(cs)), "scale storage " + what
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("group_size", (32, 64, 128))
+def test_cuda_bit_identical_to_cpu(dtype, group_size):
+    for layout, ue8m0, M in itertools.product(LAYOUTS, (False, True), (0, 1, 3, 5, 17, 64, 4097)):
+        K = 7 * group_size * (4 if M < 100 else 1)
+        x = make_input((M, K), dtype, device="cuda", nonfinite=M == 17)
+        pad = 4 if M in (3, 17) else 1
+        cuda_equals_cpu(x, group_size, layout, ue8m0, pad, 1e-10)
+    # Strided, misaligned and leading-dim inputs take the scalar-load path or strided rows.
+    base = make_input((33, 4 * group_size * 3), dtype, device="cuda")
+    for layout in LAYOUTS:
+        cuda_equals_cpu(strided_rows(base, 8), group_size, layout, False, 1, 1e-4)
+        cuda_equals_cpu(strided_rows(base, 64), group_size, layout, True, 4, 1e-10)
+        cuda_equals_cpu(misaligned(base), group_size, layout, False, 1, 1e-10)
+        cuda_equals_cpu(base.view(3, 11, -1), group_size, layout, False, 16, 1e-10)
+
+
+@pytest.mark.gpu
+def test_cuda_large_grid_paths():
+    """Sizes large enough for the unrolled kernel, with every layout and dtype."""
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        x = make_input((8195, 2048), dtype, device="cuda", nonfinite=True)
+        cuda_equals_cpu(x, 128, layout, layout == "col", 4, 1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_more_than_2_31_elements(layout):
+    K = 7168
+    M = (1 << 31) // K + 3  # M * K > 2^31
+    x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+    x[-1, :200] = float("nan")
+    q, s = fp8ops.per_token_group_quant(x, 128, layout, pad_rows_to=4)
+    rows = torch.tensor([0, 1, M // 2, M - 2, M - 1])
+    xr = x[rows.cuda()].cpu()
+    rq, rs = ref.per_token_group_quant(xr, 128, layout)
+    assert_same_bits(q[rows.cuda()], rq, "q spot rows")
+    if layout == "col_tma_packed":
+        assert torch.equal(s[rows.cuda()].cpu(), rs)
+    else:
+        assert torch.equal(s[rows.cuda()].cpu(), rs)
+    Mp = q.shape[0]
+    assert Mp == -(-M // 4) * 4 and not q[M:].view(torch.uint8).any() and not s[M:].any()
+    del x, q, s
+    torch.cuda.empty_cache()
+
+
+def poisoned_call(x, *args):
+    """Fill blocks of the outputs' sizes with 0xFF, free them, then call, so that the caching
+    allocator hands the poisoned blocks to the op; checks that it did."""
+    q_meta, s_meta = fp8ops.per_token_group_quant(x.to("meta"), *args)
+    sizes = (q_meta.numel(), s_meta.untyped_storage().nbytes())
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device=x.device) for n in sizes]
+    ptrs = {b.data_ptr() for b in blocks}
+    del blocks
+    q, s = fp8ops.per_token_group_quant(x, *args)
+    assert {q.data_ptr(), s.data_ptr()} <= ptrs, "the outputs did not reuse the poisoned blocks"
+    return q, s
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_padding_written_over_poison(layout):
+    for M, pad, gs in ((1, 1, 128), (5, 8, 64), (17, 4, 32), (130, 16, 128)):
+        x = make_input((M, 7 * gs), torch.bfloat16, device="cuda")
+        q, s = poisoned_call(x, gs, layout, False, pad, 1e-10)
+        cq, cs = fp8ops.per_token_group_quant(x.cpu(), gs, layout, False, pad, 1e-10)
+        assert_same_bits(q, cq, "q")
+        assert torch.equal(raw_bytes(s).cpu(), raw_bytes(cs)), "scale storage over poison"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_graph_replay_with_new_data(layout):
+    x = make_input((37, 1024), torch.bfloat16, device="cuda")
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fp8ops.per_token_group_quant(x, 128, layout, pad_rows_to=4)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        gq, gs = fp8ops.per_token_group_quant(x, 128, layout, pad_rows_to=4)
+    for _ in range(3):
+        x.copy_(make_input((37, 1024), torch.bfloat16, device="cuda"))
+        g.replay()
+        torch.cuda.synchronize()
+        cq, cs = fp8ops.per_token_group_quant(x.cpu(), 128, layout, pad_rows_to=4)
+        assert_same_bits(gq, cq, "graph q")
+        assert torch.equal(raw_bytes(gs).cpu(), raw_bytes(cs))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", ("row", "col_tma", "col_tma_packed"))
+def test_cuda_compile_reduce_overhead(layout):
+    torch._dynamo.reset()
+
+    def f(x):
+        return fp8ops.per_token_group_quant(x, 128, layout, pad_rows_to=4)
+
+    cf = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        x = make_input((24, 2048), torch.bfloat16, device="cuda")
+        q, s = cf(x)
+        cq, cs = fp8ops.per_token_group_quant(x.cpu(), 128, layout, pad_rows_to=4)
+        assert_same_bits(q, cq, "compiled q")
+        assert_same_bits(s, cs, "compiled scale")
+        assert s.stride() == cs.stride()
+
+
+@pytest.mark.gpu
+def test_cuda_runs_on_current_stream():
+    """On a side stream held busy by a sleep, the op must run after the copy queued before it on
+    that stream; had it run on another stream, it would read the old input."""
+    old = make_input((64, 4096), torch.bfloat16, device="cuda")
+    new = make_input((64, 4096), torch.bfloat16, device="cuda")
+    x = old.clone()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        x.copy_(new)
+        q, s = fp8ops.per_token_group_quant(x, 128, "col_tma")
+    side.synchronize()
+    cq, cs = fp8ops.per_token_group_quant(new.cpu(), 128, "col_tma")
+    assert_same_bits(q, cq, "side-stream q")
+    assert torch.equal(s.cpu(), cs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_opcheck(layout):
+    x = make_input((9, 512), torch.bfloat16, device="cuda")
+    torch.library.opcheck(
+        torch.ops.fp8ops.per_token_group_quant.default,
+        (x,),
+        {"group_size": 128, "scale_layout": layout, "ue8m0": True, "pad_rows_to": 4, "eps": 1e-10},
+    )
