@@ -9,6 +9,8 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("FP8OPS_REQUIRE_GPU") == "1" and not HAS_CUDA:
+        raise pytest.UsageError("FP8OPS_REQUIRE_GPU=1 but torch sees no CUDA device")
     skip = pytest.mark.skip(reason="no CUDA device")
     for item in items:
         if "gpu" in item.keywords and not HAS_CUDA:
