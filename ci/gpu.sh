@@ -25,10 +25,14 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 $PY -c "import torch, fp8ops; print('fp8ops', fp8ops.__version__, 'from', fp8ops._LIBRARY, 'torch', torch.__version__, torch.cuda.get_device_name())"
 
+status=0
 if [ "$stage" = tests ] || [ "$stage" = all ]; then
   FP8OPS_REQUIRE_GPU=1 FP8OPS_REQUIRE_DEEP_GEMM=1 $PY -m pytest tests -q -rs -p no:cacheprovider \
-    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log"
+    --junitxml="$OUT/gpu-tests.xml" 2>&1 | tee "$OUT/gpu-tests.log" || status=1
 fi
+# The benchmark runs even after a test failure (its own self-check stops it on a wrong kernel),
+# so that one GPU session yields both; the script still fails at the end.
 if [ "$stage" = bench ] || [ "$stage" = all ]; then
-  $PY -m fp8ops.bench ${BENCH_ARGS:-} --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log"
+  $PY -m fp8ops.bench ${BENCH_ARGS:-} --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" || status=1
 fi
+exit $status

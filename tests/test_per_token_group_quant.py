@@ -360,3 +360,34 @@ def test_cuda_opcheck(layout):
         (x,),
         {"group_size": 128, "scale_layout": layout, "ue8m0": True, "pad_rows_to": 4, "eps": 1e-10},
     )
+
+
+@pytest.mark.gpu
+def test_cuda_programmatic_launch_chain_in_a_graph():
+    """The kernels start early (programmatic dependent launch) but wait for the previous grid:
+    a producer kernel writing x, our quantizer, then our packer reading its scales, replayed in a
+    graph with new data each time, must see each other's results."""
+    a = make_input((33, 2048), torch.bfloat16, device="cuda")
+    b = make_input((33, 2048), torch.bfloat16, device="cuda")
+    x = torch.empty_like(a)
+
+    def chain():
+        torch.add(a, b, out=x)
+        _, s = fp8ops.per_token_group_quant(x, 128, "row", ue8m0=True)
+        q2, s2 = fp8ops.per_token_group_quant(x, 128, "col_tma_packed")
+        return fp8ops.pack_ue8m0(s), q2, s2
+
+    chain()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        packed, q2, s2 = chain()
+    for _ in range(3):
+        a.copy_(make_input((33, 2048), torch.bfloat16, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        xc = (a.cpu() + b.cpu())
+        cq, cs = fp8ops.per_token_group_quant(xc, 128, "col_tma_packed")
+        assert_same_bits(q2, cq, "q after producer")
+        assert torch.equal(raw_bytes(packed).cpu(), raw_bytes(cs))
+        assert torch.equal(raw_bytes(s2).cpu(), raw_bytes(cs))

@@ -107,10 +107,50 @@ FP8OPS_HD uint8_t e4m3_bits_host(float f) {
 }
 
 #if defined(__CUDACC__)
+// ---- Packed device forms of the rules above, for the memory-bound kernels. Each is equal, bit
+// for bit, to the scalar rule applied element by element (the GPU tests hold them equal to the
+// CPU reference); they only spend fewer instructions per element.
+
 // Two values at once with the sm_89+ conversion instruction (cvt.rn.satfinite.e4m3x2.f32):
 // low byte from a, high byte from b.
-__device__ __forceinline__ uint16_t e4m3x2_bits_device(float a, float b) {
-  return static_cast<uint16_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+__device__ __forceinline__ uint32_t e4m3x2_bits_device(float a, float b) {
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
+}
+
+// finite_abs + fmax_nonan over 8 packed 16-bit floats, returned as the bits of their amax.
+// For non-negative floats the order of the bit patterns is the order of the values. Adding
+// 0x8000 - kInfBits to each |bits| (no carry leaves a lane: |bits| <= 0x7FFF) makes exactly the
+// NaN and inf lanes (|bits| >= kInfBits) negative as int16, so a signed max drops them.
+template <uint32_t kInfBits>  // 0x7F80 for bf16, 0x7C00 for fp16
+__device__ __forceinline__ uint32_t finite_amax_bits_16x8(const uint4 w) {
+  constexpr uint32_t kOff = 0x8000u - kInfBits;
+  constexpr uint32_t kOff2 = kOff * 0x10001u;
+  uint32_t acc = kOff2;  // the biased form of 0
+  acc = __vmaxs2(acc, (w.x & 0x7FFF7FFFu) + kOff2);
+  acc = __vmaxs2(acc, (w.y & 0x7FFF7FFFu) + kOff2);
+  acc = __vmaxs2(acc, (w.z & 0x7FFF7FFFu) + kOff2);
+  acc = __vmaxs2(acc, (w.w & 0x7FFF7FFFu) + kOff2);
+  const int32_t lo = static_cast<int16_t>(acc & 0xFFFFu), hi = static_cast<int16_t>(acc >> 16);
+  return static_cast<uint32_t>(max(lo, hi)) - kOff;
+}
+
+// The same over 4 fp32 values, as the bits of their amax (0x800000 is 0x80000000 - inf's bits).
+__device__ __forceinline__ uint32_t finite_amax_bits_f32x4(const uint4 w) {
+  constexpr uint32_t kOff = 0x800000u;
+  int32_t acc = static_cast<int32_t>(kOff);
+  acc = max(acc, static_cast<int32_t>((w.x & 0x7FFFFFFFu) + kOff));
+  acc = max(acc, static_cast<int32_t>((w.y & 0x7FFFFFFFu) + kOff));
+  acc = max(acc, static_cast<int32_t>((w.z & 0x7FFFFFFFu) + kOff));
+  acc = max(acc, static_cast<int32_t>((w.w & 0x7FFFFFFFu) + kOff));
+  return static_cast<uint32_t>(acc) - kOff;
+}
+
+// scaled_clamped then e4m3 on the device: for finite x, |x * r| <= amax * r < 464, so the
+// satfinite conversion alone rounds exactly as clamp-then-convert does (and sends +-inf to
+// +-448); NaN converts to a NaN code (0x7F or 0xFF), which this maps to 0x00, the code of 0.
+__device__ __forceinline__ uint32_t zero_nan_codes(uint32_t c) {
+  const uint32_t t = ((c & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;  // 0x80 in each NaN byte
+  return c & ~(t | (t - (t >> 7)));
 }
 #endif
 

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "fp8ops/fast_divmod.cuh"
+#include "fp8ops/group_quant.cuh"
 #include "fp8ops/numerics.h"
 #include "fp8ops/pack_dequant.h"
 
@@ -21,6 +22,8 @@ __global__ void __launch_bounds__(kPackThreads)
     pack_ue8m0_kernel(const PackUe8m0Params p, const FastDivmod div_ma, const FastDivmod div_p,
                       const uint32_t total) {
   const uint32_t w = blockIdx.x * kPackThreads + threadIdx.x;
+  wait_for_prior_grid();
+  allow_next_grid();
   if (w >= total) return;
   const uint32_t bp = div_ma.div(w);
   const int64_t m = w - bp * div_ma.divisor;
@@ -43,9 +46,8 @@ inline cudaError_t launch_pack_ue8m0(const PackUe8m0Params& p, cudaStream_t stre
   if (total64 == 0) return cudaSuccess;
   if (total64 >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
   const uint32_t total = static_cast<uint32_t>(total64);
-  pack_ue8m0_kernel<<<(total + kPackThreads - 1) / kPackThreads, kPackThreads, 0, stream>>>(
-      p, FastDivmod(static_cast<uint32_t>(p.Ma)), FastDivmod(static_cast<uint32_t>(p.P)), total);
-  return cudaGetLastError();
+  return launch_with_pdl(pack_ue8m0_kernel, dim3((total + kPackThreads - 1) / kPackThreads), dim3(kPackThreads), stream, p,
+                         FastDivmod(static_cast<uint32_t>(p.Ma)), FastDivmod(static_cast<uint32_t>(p.P)), total);
 }
 
 template <typename T>
