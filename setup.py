@@ -55,9 +55,7 @@ def _gencode_flags():
 
 
 def _extension():
-    sources = sorted(
-        glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp") + glob.glob("csrc/cuda/*.cu")
-    )
+    sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp") + glob.glob("csrc/cuda/*.cu"))
     defines = [
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
         "-DUSE_CUDA",

@@ -40,8 +40,8 @@ Tensor new_strided(const Tensor& like, const std::vector<int64_t>& sizes, const 
                                                          device_type, device_index, &storage));
   Tensor owner(storage);
   AtenTensorHandle view = nullptr;
-  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(
-      storage, static_cast<int64_t>(sizes.size()), sizes.data(), strides.data(), 0, &view));
+  STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch__reinterpret_tensor(storage, static_cast<int64_t>(sizes.size()),
+                                                               sizes.data(), strides.data(), 0, &view));
   return Tensor(view);
 }
 
@@ -67,8 +67,8 @@ void check_float_input(const char* op, const char* arg, const Tensor& t, bool al
 
 void check_eps(const char* op, double eps) {
   // eps * C must be a normal fp32 number, and eps itself finite in fp32.
-  FP8OPS_CHECK(std::isfinite(eps) && eps >= 1e-30 && eps <= static_cast<double>(std::numeric_limits<float>::max()),
-               op, ": eps must be finite, >= 1e-30 and representable in float32, got ", eps);
+  FP8OPS_CHECK(std::isfinite(eps) && eps >= 1e-30 && eps <= static_cast<double>(std::numeric_limits<float>::max()), op,
+               ": eps must be finite, >= 1e-30 and representable in float32, got ", eps);
 }
 
 void check_same_device(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b) {

@@ -7,18 +7,18 @@ ScaleLayout parse_scale_layout(const std::string& name) {
   if (name == "col") return ScaleLayout::kCol;
   if (name == "col_tma") return ScaleLayout::kColTma;
   if (name == "col_tma_packed") return ScaleLayout::kColTmaPacked;
-  FP8OPS_CHECK(false, "per_token_group_quant: scale_layout must be one of 'row', 'col', 'col_tma', "
-               "'col_tma_packed', got '", name, "'");
+  FP8OPS_CHECK(false,
+               "per_token_group_quant: scale_layout must be one of 'row', 'col', 'col_tma', "
+               "'col_tma_packed', got '",
+               name, "'");
   return ScaleLayout::kRow;
 }
 
 ScaleGeometry per_token_scale_geometry(int64_t M, int64_t S, ScaleLayout layout, int64_t pad_rows_to) {
   const int64_t Mp = align_up(M, pad_rows_to);
   switch (layout) {
-    case ScaleLayout::kRow:
-      return {{Mp, S}, {S, 1}, Mp * S, ScalarType::Float, Mp};
-    case ScaleLayout::kCol:
-      return {{Mp, S}, {1, Mp}, Mp * S, ScalarType::Float, Mp};
+    case ScaleLayout::kRow: return {{Mp, S}, {S, 1}, Mp * S, ScalarType::Float, Mp};
+    case ScaleLayout::kCol: return {{Mp, S}, {1, Mp}, Mp * S, ScalarType::Float, Mp};
     case ScaleLayout::kColTma: {
       const int64_t Ma = align_up(Mp, 4);
       return {{Mp, S}, {1, Ma}, Ma * S, ScalarType::Float, Ma};

@@ -94,7 +94,8 @@ PreparedGroupQuant prepare_group_major_quant(const Tensor& x, bool ue8m0, bool p
                x.stride(2));
   const int64_t S = D / kGroup;
   const ScaleGeometry geo = group_major_scale_geometry(T, G, S, packed);
-  FP8OPS_CHECK(geo.rows_padded * G * S < kMaxWorkItems, op, ": x has too many scale groups; at most 2^31 - 1 are "
+  FP8OPS_CHECK(geo.rows_padded * G * S < kMaxWorkItems, op,
+               ": x has too many scale groups; at most 2^31 - 1 are "
                "supported");
 
   PreparedGroupQuant prep{new_contiguous(x, {T, G, D}, ScalarType::Float8_e4m3fn),
@@ -163,17 +164,18 @@ PreparedDequant prepare_dequant(const Tensor& q, const Tensor& scale, int64_t gr
   FP8OPS_CHECK(q.dim() == 2 || q.dim() == 3, op, ": q must be 2-D or 3-D, got ", q.dim(), " dims");
   FP8OPS_CHECK(scale.dim() == q.dim(), op, ": scale must have q's rank (", q.dim(), "), got ", scale.dim());
   for (int64_t d = 0; d + 1 < q.dim(); ++d) {
-    FP8OPS_CHECK(scale.size(d) == q.size(d), op, ": scale.size(", d, ") = ", scale.size(d), " must equal q.size(",
-                 d, ") = ", q.size(d));
+    FP8OPS_CHECK(scale.size(d) == q.size(d), op, ": scale.size(", d, ") = ", scale.size(d), " must equal q.size(", d,
+                 ") = ", q.size(d));
   }
   FP8OPS_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
                ": group_size must be 32, 64 or 128, got ", group_size);
   const int64_t K = q.size(q.dim() - 1);
-  FP8OPS_CHECK(K % group_size == 0, op, ": q.size(-1) (K = ", K, ") must be a multiple of group_size (",
-               group_size, ")");
+  FP8OPS_CHECK(K % group_size == 0, op, ": q.size(-1) (K = ", K, ") must be a multiple of group_size (", group_size,
+               ")");
   const int64_t S = K / group_size, C = packed ? ceil_div(S, 4) : S;
-  FP8OPS_CHECK(scale.size(scale.dim() - 1) == C, op, ": scale.size(-1) must be ", C, packed ? " (ceil(K / group_size / 4), packed)"
-               : " (K / group_size)", ", got ", scale.size(scale.dim() - 1));
+  FP8OPS_CHECK(scale.size(scale.dim() - 1) == C, op, ": scale.size(-1) must be ", C,
+               packed ? " (ceil(K / group_size / 4), packed)" : " (K / group_size)", ", got ",
+               scale.size(scale.dim() - 1));
   const ScalarType dt = out_dtype.value_or(ScalarType::Float);
   FP8OPS_CHECK(dt == ScalarType::Float || dt == ScalarType::BFloat16 || dt == ScalarType::Half, op,
                ": out_dtype must be float32, bfloat16 or float16, got ", dtype_name(dt));

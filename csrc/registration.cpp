@@ -43,7 +43,8 @@ STABLE_TORCH_LIBRARY(fp8ops, m) {
   m.def(
       "per_token_group_quant(Tensor x, int group_size=128, str scale_layout=\"row\", bool ue8m0=False, "
       "int pad_rows_to=1, float eps=1e-10) -> (Tensor q, Tensor scale)");
-  m.def("group_major_quant(Tensor x, bool ue8m0=False, bool packed=False, float eps=1e-10) -> (Tensor q, Tensor scale)");
+  m.def(
+      "group_major_quant(Tensor x, bool ue8m0=False, bool packed=False, float eps=1e-10) -> (Tensor q, Tensor scale)");
   m.def("pack_ue8m0(Tensor scale) -> Tensor");
   m.def("dequant(Tensor q, Tensor scale, int group_size=128, ScalarType? out_dtype=None) -> Tensor");
 }

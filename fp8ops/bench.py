@@ -13,6 +13,7 @@ times the CPU kernels on a small grid (wall clock), clearly labelled as such.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import statistics
@@ -39,23 +40,22 @@ def log(msg: str) -> None:
 # ------------------------------------------------------------------------------------- timing
 
 
-def graph_time_us(make_call, n_sets: int, replays: int = 30) -> float:
-    """Per-call time of CALLS_PER_GRAPH back-to-back calls captured in one CUDA graph: the replay
-    median divided by the call count. make_call(i) returns a no-argument callable on input set
-    i % n_sets."""
-    calls = [make_call(i % n_sets) for i in range(CALLS_PER_GRAPH)]
+def graph_time_us(fn, arg_sets, replays: int = 30) -> float:
+    """Per-call time of CALLS_PER_GRAPH back-to-back calls fn(*arg_sets[i % len(arg_sets)]) captured
+    in one CUDA graph: the replay median divided by the call count."""
+    calls = [arg_sets[i % len(arg_sets)] for i in range(CALLS_PER_GRAPH)]
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         for _ in range(2):
-            for c in calls:
-                c()
+            for args in calls:
+                fn(*args)
     torch.cuda.current_stream().wait_stream(side)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for c in calls:
-            c()
+        for args in calls:
+            fn(*args)
     for _ in range(3):
         graph.replay()
     torch.cuda.synchronize()
@@ -91,7 +91,7 @@ def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
 
 def launch_floor_us() -> float:
     buf = torch.zeros(1, device="cuda")
-    return graph_time_us(lambda i: buf.zero_, 1)
+    return graph_time_us(torch.Tensor.zero_, [(buf,)])
 
 
 def n_sets_for(bytes_per_call: int) -> int:
@@ -118,7 +118,9 @@ def self_check_cpu(Ms, K) -> int:
                 q, s = fp8ops.per_token_group_quant(x, 128, layout, ue8m0)
                 rq, rs = ref.per_token_group_quant(x, 128, layout, ue8m0)
                 if not (torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)):
-                    raise SystemExit(f"SELF-CHECK FAILED: CPU kernel != torch expression (M={M}, {layout}, ue8m0={ue8m0})")
+                    raise SystemExit(
+                        f"SELF-CHECK FAILED: CPU kernel != torch expression (M={M}, {layout}, ue8m0={ue8m0})"
+                    )
                 n += 1
     return n
 
@@ -153,7 +155,26 @@ def compiled_reference(layout: str, ue8m0: bool = False):
     return torch.compile(f, fullgraph=True, dynamic=True)
 
 
-def bench_per_token(Ms, Ks, copy_tbps, dg, log_every=True):
+def _quant(x, layout, ue8m0=False):
+    return fp8ops.per_token_group_quant(x, 128, layout, ue8m0)
+
+
+def _scales_then(transform, quant, x):
+    """A quantizer producing row-major scales, then a layout transform of those scales."""
+    return transform(quant(x)[1])
+
+
+def _quant_gemm(dg, layout, w, ws, x, out):
+    q, s = fp8ops.per_token_group_quant(x, 128, layout)
+    dg.fp8_gemm_nt((q, s), (w, ws), out)
+
+
+def _quant_einsum(dg, contiguous_scales, w, ws, x, out):
+    q, s = fp8ops.group_major_quant(x)
+    dg.fp8_einsum("bhr,hdr->bhd", (q, s.contiguous() if contiguous_scales else s), (w, ws), out)
+
+
+def bench_per_token(Ms, Ks, copy_tbps, dg):
     rows = []
     compiled = {layout: compiled_reference(layout) for layout in LAYOUTS}
     compiled_row_ue8m0 = compiled_reference("row", ue8m0=True)
@@ -161,37 +182,39 @@ def bench_per_token(Ms, Ks, copy_tbps, dg, log_every=True):
         for M in Ms:
             probe = torch.empty(M, K, dtype=torch.bfloat16, device="cuda")
             _, s_probe = fp8ops.per_token_group_quant(probe, 128, "col_tma")
-            per_call = quant_bytes(M, K, 2, s_probe)
-            n_sets = n_sets_for(per_call)
-            xs = [torch.randn(M, K, dtype=torch.bfloat16, device="cuda") for _ in range(n_sets)]
+            n_sets = n_sets_for(quant_bytes(M, K, 2, s_probe))
+            xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets)]
             for layout in LAYOUTS:
-                _, s = fp8ops.per_token_group_quant(xs[0], 128, layout)
+                _, s = fp8ops.per_token_group_quant(xs[0][0], 128, layout)
                 nbytes = quant_bytes(M, K, 2, s)
                 row = {"M": M, "K": K, "layout": layout, "bytes": nbytes}
-                row["fp8ops_us"] = graph_time_us(
-                    lambda i: (lambda x=xs[i]: fp8ops.per_token_group_quant(x, 128, layout)), n_sets)
-                cf = compiled[layout]
-                row["compiled_ref_us"] = graph_time_us(lambda i, cf=cf: (lambda x=xs[i]: cf(x)), n_sets)
+                row["fp8ops_us"] = graph_time_us(functools.partial(_quant, layout=layout), xs)
+                row["compiled_ref_us"] = graph_time_us(compiled[layout], xs)
                 if dg is not None and layout in ("col_tma", "col_tma_packed"):
                     packed = layout == "col_tma_packed"
-                    transform = (dg.get_mn_major_tma_aligned_packed_ue8m0_tensor if packed
-                                 else dg.get_mn_major_tma_aligned_tensor)
-                    s_rows = [fp8ops.per_token_group_quant(x, 128, "row", ue8m0=packed)[1] for x in xs]
-                    row["dg_transform_us"] = graph_time_us(lambda i: (lambda s=s_rows[i]: transform(s)), n_sets)
+                    transform = (
+                        dg.get_mn_major_tma_aligned_packed_ue8m0_tensor
+                        if packed
+                        else dg.get_mn_major_tma_aligned_tensor
+                    )
+                    s_rows = [(_quant(x, "row", packed)[1],) for (x,) in xs]
+                    row["dg_transform_us"] = graph_time_us(transform, s_rows)
+                    ours_row = functools.partial(_quant, layout="row", ue8m0=packed)
                     row["fp8ops_row_plus_dg_transform_us"] = graph_time_us(
-                        lambda i: (lambda x=xs[i]: transform(fp8ops.per_token_group_quant(x, 128, "row", packed)[1])),
-                        n_sets)
+                        functools.partial(_scales_then, transform, ours_row), xs
+                    )
                     cr = compiled_row_ue8m0 if packed else compiled["row"]
                     row["compiled_ref_row_plus_dg_transform_us"] = graph_time_us(
-                        lambda i: (lambda x=xs[i]: transform(cr(x)[1])), n_sets)
+                        functools.partial(_scales_then, transform, cr), xs
+                    )
                 row["fp8ops_TBps"] = nbytes / (row["fp8ops_us"] * 1e-6) / 1e12
                 row["pct_of_copy"] = 100.0 * row["fp8ops_TBps"] / copy_tbps
                 row["speedup_vs_compiled_ref"] = row["compiled_ref_us"] / row["fp8ops_us"]
                 rows.append(row)
-                if log_every:
-                    log(f"  M={M:6d} K={K:6d} {layout:15s} fp8ops {row['fp8ops_us']:9.2f} us "
-                        f"({row['pct_of_copy']:5.1f}% of copy)  compiled ref {row['compiled_ref_us']:9.2f} us")
-            del xs
+                log(
+                    f"  M={M:6d} K={K:6d} {layout:15s} fp8ops {row['fp8ops_us']:9.2f} us "
+                    f"({row['pct_of_copy']:5.1f}% of copy)  compiled ref {row['compiled_ref_us']:9.2f} us"
+                )
     return rows
 
 
@@ -202,70 +225,105 @@ def bench_end_to_end(dg, Ms=(1, 2, 4, 8, 16, 32, 64, 128), N=4096, K=7168):
     ws = torch.rand(N // 128, K // 128, device="cuda") + 0.5
     rows = []
     for M in Ms:
-        n_sets = 4
-        xs = [torch.randn(M, K, dtype=torch.bfloat16, device="cuda") for _ in range(n_sets)]
-        outs = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(n_sets)]
-
-        def ours(i):
-            def call(x=xs[i], out=outs[i]):
-                q, s = fp8ops.per_token_group_quant(x, 128, "col_tma")
-                dg.fp8_gemm_nt((q, s), (w, ws), out)
-            return call
-
-        def transform_route(i):
-            def call(x=xs[i], out=outs[i]):
-                q, s = fp8ops.per_token_group_quant(x, 128, "row")
-                dg.fp8_gemm_nt((q, s), (w, ws), out)
-            return call
-
-        s_rows = [fp8ops.per_token_group_quant(x, 128, "row")[1] for x in xs]
+        sets = [
+            (
+                torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),
+                torch.empty(M, N, dtype=torch.bfloat16, device="cuda"),
+            )
+            for _ in range(4)
+        ]
+        s_rows = [(_quant(x, "row")[1],) for x, _ in sets]
         row = {
-            "M": M, "N": N, "K": K,
-            "col_tma_route_us": graph_time_us(ours, n_sets),
-            "row_major_route_us": graph_time_us(transform_route, n_sets),
-            "transform_alone_us": graph_time_us(
-                lambda i: (lambda s=s_rows[i]: dg.get_mn_major_tma_aligned_tensor(s)), n_sets),
+            "M": M,
+            "N": N,
+            "K": K,
+            "col_tma_route_us": graph_time_us(functools.partial(_quant_gemm, dg, "col_tma", w, ws), sets),
+            "row_major_route_us": graph_time_us(functools.partial(_quant_gemm, dg, "row", w, ws), sets),
+            "transform_alone_us": graph_time_us(dg.get_mn_major_tma_aligned_tensor, s_rows),
         }
         row["saved_us"] = row["row_major_route_us"] - row["col_tma_route_us"]
         row["saved_over_transform"] = row["saved_us"] / row["transform_alone_us"]
         rows.append(row)
-        log(f"  e2e M={M:4d}: col_tma route {row['col_tma_route_us']:7.2f} us, row-major route "
-            f"{row['row_major_route_us']:7.2f} us, transform alone {row['transform_alone_us']:6.2f} us")
+        log(
+            f"  e2e M={M:4d}: col_tma route {row['col_tma_route_us']:7.2f} us, row-major route "
+            f"{row['row_major_route_us']:7.2f} us, transform alone {row['transform_alone_us']:6.2f} us"
+        )
     return rows
+
+
+def bench_einsum(dg, Ts=(1, 8, 37, 64, 512), G=8, D=1024, N=512):
+    """group_major_quant + DeepGEMM fp8_einsum("bhr,hdr->bhd"): native group-major scales versus
+    the same scales made contiguous (the layout DeepGEMM must transform)."""
+    w = torch.randn(G, N, D, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
+    ws = torch.rand(G, N // 128, D // 128, device="cuda") + 0.5
+    rows = []
+    for T in Ts:
+        sets = [
+            (
+                torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],
+                torch.empty(T, G, N, dtype=torch.bfloat16, device="cuda"),
+            )
+            for _ in range(4)
+        ]
+        row = {
+            "T": T,
+            "G": G,
+            "D": D,
+            "N": N,
+            "native_route_us": graph_time_us(functools.partial(_quant_einsum, dg, False, w, ws), sets),
+            "contiguous_scales_route_us": graph_time_us(functools.partial(_quant_einsum, dg, True, w, ws), sets),
+            "quant_alone_us": graph_time_us(fp8ops.group_major_quant, [(x,) for x, _ in sets]),
+        }
+        rows.append(row)
+        log(
+            f"  einsum T={T:4d}: native {row['native_route_us']:7.2f} us, contiguous scales "
+            f"{row['contiguous_scales_route_us']:7.2f} us, quant alone {row['quant_alone_us']:6.2f} us"
+        )
+    return rows
+
+
+def _group_major(x, packed):
+    return fp8ops.group_major_quant(x, packed=packed)
 
 
 def bench_group_major(dg, copy_tbps):
     rows = []
-    compiled = {p: torch.compile(lambda x, p=p: ref.group_major_quant(x, packed=p), fullgraph=True, dynamic=True)
-                for p in (False, True)}
+    compiled = {
+        p: torch.compile(functools.partial(ref.group_major_quant, packed=p), fullgraph=True, dynamic=True)
+        for p in (False, True)
+    }
     for T in (1, 8, 64, 512, 4096):
         for G in (8, 16):
             for D in (512, 4096):
-                per_call = T * G * D * 3
-                n_sets = n_sets_for(per_call)
+                n_sets = n_sets_for(T * G * D * 3)
                 # A strided [T, G, D] view: a column slice of a wider activation.
-                xs = [torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D] for _ in range(n_sets)]
+                xs = [
+                    (torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],) for _ in range(n_sets)
+                ]
                 for packed in (False, True):
-                    _, s = fp8ops.group_major_quant(xs[0], packed=packed)
+                    _, s = fp8ops.group_major_quant(xs[0][0], packed=packed)
                     nbytes = T * G * D * 3 + s.untyped_storage().nbytes()
                     row = {"T": T, "G": G, "D": D, "packed": packed, "bytes": nbytes}
-                    row["fp8ops_us"] = graph_time_us(
-                        lambda i: (lambda x=xs[i]: fp8ops.group_major_quant(x, packed=packed)), n_sets)
-                    cf = compiled[packed]
-                    row["compiled_ref_us"] = graph_time_us(lambda i, cf=cf: (lambda x=xs[i]: cf(x)), n_sets)
+                    row["fp8ops_us"] = graph_time_us(functools.partial(_group_major, packed=packed), xs)
+                    row["compiled_ref_us"] = graph_time_us(compiled[packed], xs)
                     row["pct_of_copy"] = 100.0 * nbytes / (row["fp8ops_us"] * 1e-6) / 1e12 / copy_tbps
                     rows.append(row)
-                    log(f"  group-major T={T:5d} G={G:3d} D={D:5d} packed={packed!s:5s} fp8ops "
+                    log(
+                        f"  group-major T={T:5d} G={G:3d} D={D:5d} packed={packed!s:5s} fp8ops "
                         f"{row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), compiled ref "
-                        f"{row['compiled_ref_us']:8.2f} us")
+                        f"{row['compiled_ref_us']:8.2f} us"
+                    )
     pack_rows = []
     for M, S in ((128, 56), (4096, 56), (32768, 56), (32768, 128)):
-        s = ref.ue8m0_round(torch.rand(M, S, device="cuda") + 1e-3)
-        row = {"M": M, "S": S, "fp8ops_pack_us": graph_time_us(lambda i: (lambda: fp8ops.pack_ue8m0(s)), 1)}
+        s = [(ref.ue8m0_round(torch.rand(M, S, device="cuda") + 1e-3),) for _ in range(n_sets_for(M * S * 5))]
+        row = {"M": M, "S": S, "fp8ops_pack_us": graph_time_us(fp8ops.pack_ue8m0, s)}
         if dg is not None:
-            row["dg_pack_us"] = graph_time_us(lambda i: (lambda: dg.get_mn_major_tma_aligned_packed_ue8m0_tensor(s)), 1)
+            row["dg_pack_us"] = graph_time_us(dg.get_mn_major_tma_aligned_packed_ue8m0_tensor, s)
         pack_rows.append(row)
-        log(f"  pack_ue8m0 M={M} S={S}: fp8ops {row['fp8ops_pack_us']:.2f} us, deep_gemm {row.get('dg_pack_us', float('nan')):.2f} us")
+        log(
+            f"  pack_ue8m0 M={M} S={S}: fp8ops {row['fp8ops_pack_us']:.2f} us, "
+            f"deep_gemm {row.get('dg_pack_us', float('nan')):.2f} us"
+        )
     return rows, pack_rows
 
 
@@ -275,8 +333,10 @@ def gpu_main(args) -> dict:
     except ImportError:
         dg = None
     props = torch.cuda.get_device_properties(0)
-    log(f"fp8ops benchmark on {props.name} ({props.multi_processor_count} SMs, L2 {props.L2_cache_size >> 20} MiB), "
-        f"torch {torch.__version__}, deep_gemm {'present' if dg else 'absent'}")
+    log(
+        f"fp8ops benchmark on {props.name} ({props.multi_processor_count} SMs, L2 {props.L2_cache_size >> 20} MiB), "
+        f"torch {torch.__version__}, deep_gemm {'present' if dg else 'absent'}"
+    )
     log("self-check: CPU kernel vs torch expression, CUDA kernel vs CPU kernel ...")
     n = self_check_cpu((1, 5, 17, 130), 2048) + self_check_cuda((1, 5, 17, 130, 1031), (2048, 7168))
     log(f"self-check passed ({n} cases)")
@@ -285,8 +345,14 @@ def gpu_main(args) -> dict:
     log(f"copy bandwidth {copy_tbps:.3f} TB/s (read + write), launch floor {floor:.2f} us per call")
     Ms = GPU_M if not args.quick else (1, 16, 128, 2048, 32768)
     Ks = GPU_K if not args.quick else (7168,)
-    result = {"device": props.name, "torch": torch.__version__, "deep_gemm": dg is not None,
-              "copy_TBps": copy_tbps, "launch_floor_us": floor, "calls_per_graph": CALLS_PER_GRAPH}
+    result = {
+        "device": props.name,
+        "torch": torch.__version__,
+        "deep_gemm": dg is not None,
+        "copy_TBps": copy_tbps,
+        "launch_floor_us": floor,
+        "calls_per_graph": CALLS_PER_GRAPH,
+    }
     if "per_token" in args.sections:
         log("per_token_group_quant (bf16, group 128):")
         result["per_token"] = bench_per_token(Ms, Ks, copy_tbps, dg)
@@ -296,10 +362,23 @@ def gpu_main(args) -> dict:
     if "group_major" in args.sections:
         log("group_major_quant and pack_ue8m0:")
         result["group_major"], result["pack_ue8m0"] = bench_group_major(dg, copy_tbps)
+    if "e2e" in args.sections and dg is not None:
+        log("end to end, group_major_quant + deep_gemm.fp8_einsum (G=8, D=1024, N=512):")
+        result["einsum"] = bench_einsum(dg)
     return result
 
 
 # --------------------------------------------------------------------------------------- CPU
+
+
+def wall_median_us(fn, reps: int = 15) -> float:
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
 
 
 def cpu_main(args) -> dict:
@@ -311,21 +390,18 @@ def cpu_main(args) -> dict:
     for M in CPU_M:
         x = torch.randn(M, CPU_K, dtype=torch.bfloat16)
         for layout in LAYOUTS:
-            def med(fn, reps=15):
-                fn()
-                ts = []
-                for _ in range(reps):
-                    t0 = time.perf_counter()
-                    fn()
-                    ts.append(time.perf_counter() - t0)
-                return statistics.median(ts) * 1e6
-
-            row = {"M": M, "K": CPU_K, "layout": layout,
-                   "fp8ops_cpu_us": med(lambda: fp8ops.per_token_group_quant(x, 128, layout)),
-                   "torch_eager_ref_cpu_us": med(lambda: ref.per_token_group_quant(x, 128, layout))}
+            row = {
+                "M": M,
+                "K": CPU_K,
+                "layout": layout,
+                "fp8ops_cpu_us": wall_median_us(functools.partial(fp8ops.per_token_group_quant, x, 128, layout)),
+                "torch_eager_ref_cpu_us": wall_median_us(functools.partial(ref.per_token_group_quant, x, 128, layout)),
+            }
             rows.append(row)
-            log(f"  CPU M={M:4d} K={CPU_K} {layout:15s} fp8ops {row['fp8ops_cpu_us']:9.1f} us, "
-                f"torch eager reference {row['torch_eager_ref_cpu_us']:9.1f} us")
+            log(
+                f"  CPU M={M:4d} K={CPU_K} {layout:15s} fp8ops {row['fp8ops_cpu_us']:9.1f} us, "
+                f"torch eager reference {row['torch_eager_ref_cpu_us']:9.1f} us"
+            )
     return {"device": "cpu", "torch": torch.__version__, "cpu_rows": rows}
 
 
@@ -337,35 +413,61 @@ def print_tables(res: dict) -> None:
         print("\nCPU reference kernels (wall clock, median of 15; NOT GPU figures)")
         print(f"{'M':>6} {'K':>6} {'layout':15} {'fp8ops us':>11} {'torch eager us':>15}")
         for r in res["cpu_rows"]:
-            print(f"{r['M']:6d} {r['K']:6d} {r['layout']:15} {r['fp8ops_cpu_us']:11.1f} {r['torch_eager_ref_cpu_us']:15.1f}")
+            print(
+                f"{r['M']:6d} {r['K']:6d} {r['layout']:15} {r['fp8ops_cpu_us']:11.1f} "
+                f"{r['torch_eager_ref_cpu_us']:15.1f}"
+            )
         return
-    print(f"\n{res['device']}: copy {res['copy_TBps']:.3f} TB/s, launch floor {res['launch_floor_us']:.2f} us "
-          f"(per call, {res['calls_per_graph']} calls per CUDA graph)")
+    print(
+        f"\n{res['device']}: copy {res['copy_TBps']:.3f} TB/s, launch floor {res['launch_floor_us']:.2f} us "
+        f"(per call, {res['calls_per_graph']} calls per CUDA graph)"
+    )
     if "per_token" in res:
         print("\nper_token_group_quant, bf16, group 128 (us per call)")
-        print(f"{'M':>6} {'K':>6} {'layout':15} {'fp8ops':>9} {'%copy':>6} {'vs row':>7} {'compiled':>9} {'speedup':>8}"
-              f" {'row+DGtr':>9} {'DGtr':>7}")
+        print(
+            f"{'M':>6} {'K':>6} {'layout':15} {'fp8ops':>9} {'%copy':>6} {'vs row':>7} {'compiled':>9} {'speedup':>8}"
+            f" {'row+DGtr':>9} {'DGtr':>7}"
+        )
         row_time = {(r["M"], r["K"]): r["fp8ops_us"] for r in res["per_token"] if r["layout"] == "row"}
         for r in res["per_token"]:
-            print(f"{r['M']:6d} {r['K']:6d} {r['layout']:15} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
-                  f"{r['fp8ops_us'] / row_time[(r['M'], r['K'])]:7.3f} {r['compiled_ref_us']:9.2f} "
-                  f"{r['speedup_vs_compiled_ref']:8.2f} {r.get('fp8ops_row_plus_dg_transform_us', float('nan')):9.2f} "
-                  f"{r.get('dg_transform_us', float('nan')):7.2f}")
+            print(
+                f"{r['M']:6d} {r['K']:6d} {r['layout']:15} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
+                f"{r['fp8ops_us'] / row_time[(r['M'], r['K'])]:7.3f} {r['compiled_ref_us']:9.2f} "
+                f"{r['speedup_vs_compiled_ref']:8.2f} {r.get('fp8ops_row_plus_dg_transform_us', float('nan')):9.2f} "
+                f"{r.get('dg_transform_us', float('nan')):7.2f}"
+            )
     if "end_to_end" in res:
         print("\nquant + deep_gemm.fp8_gemm_nt, N=4096 K=7168 (us per call)")
-        print(f"{'M':>5} {'col_tma route':>14} {'row route':>10} {'saved':>7} {'transform':>10} {'saved/transform':>16}")
+        print(
+            f"{'M':>5} {'col_tma route':>14} {'row route':>10} {'saved':>7} {'transform':>10} {'saved/transform':>16}"
+        )
         for r in res["end_to_end"]:
-            print(f"{r['M']:5d} {r['col_tma_route_us']:14.2f} {r['row_major_route_us']:10.2f} {r['saved_us']:7.2f} "
-                  f"{r['transform_alone_us']:10.2f} {r['saved_over_transform']:16.2f}")
+            print(
+                f"{r['M']:5d} {r['col_tma_route_us']:14.2f} {r['row_major_route_us']:10.2f} {r['saved_us']:7.2f} "
+                f"{r['transform_alone_us']:10.2f} {r['saved_over_transform']:16.2f}"
+            )
     if "group_major" in res:
         print("\ngroup_major_quant, bf16 strided [T, G, D] (us per call)")
         print(f"{'T':>5} {'G':>3} {'D':>5} {'packed':>6} {'fp8ops':>9} {'%copy':>6} {'compiled':>9}")
         for r in res["group_major"]:
-            print(f"{r['T']:5d} {r['G']:3d} {r['D']:5d} {r['packed']!s:>6} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
-                  f"{r['compiled_ref_us']:9.2f}")
+            print(
+                f"{r['T']:5d} {r['G']:3d} {r['D']:5d} {r['packed']!s:>6} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
+                f"{r['compiled_ref_us']:9.2f}"
+            )
+        if "einsum" in res:
+            print("\ngroup_major_quant + deep_gemm.fp8_einsum bhr,hdr->bhd, G=8 D=1024 N=512 (us per call)")
+            print(f"{'T':>5} {'native scales':>14} {'contiguous scales':>18} {'quant alone':>12}")
+            for r in res["einsum"]:
+                print(
+                    f"{r['T']:5d} {r['native_route_us']:14.2f} {r['contiguous_scales_route_us']:18.2f} "
+                    f"{r['quant_alone_us']:12.2f}"
+                )
         print("\npack_ue8m0 (us per call)")
         for r in res["pack_ue8m0"]:
-            print(f"M={r['M']:6d} S={r['S']:4d} fp8ops {r['fp8ops_pack_us']:7.2f}  deep_gemm {r.get('dg_pack_us', float('nan')):7.2f}")
+            print(
+                f"M={r['M']:6d} S={r['S']:4d} fp8ops {r['fp8ops_pack_us']:7.2f}  "
+                f"deep_gemm {r.get('dg_pack_us', float('nan')):7.2f}"
+            )
 
 
 def plot(res: dict, path: str) -> None:
@@ -377,12 +479,14 @@ def plot(res: dict, path: str) -> None:
     rows = res.get("per_token") or []
     Ks = sorted({r["K"] for r in rows})
     fig, axes = plt.subplots(1, max(1, len(Ks)), figsize=(6 * max(1, len(Ks)), 4.5), squeeze=False)
-    for ax, K in zip(axes[0], Ks):
+    for ax, K in zip(axes[0], Ks, strict=False):
         for layout in LAYOUTS:
             sel = [r for r in rows if r["K"] == K and r["layout"] == layout]
             ax.plot([r["M"] for r in sel], [r["fp8ops_us"] for r in sel], marker="o", label=f"fp8ops {layout}")
-        for key, label in (("compiled_ref_us", "compiled ref (col_tma)"),
-                           ("fp8ops_row_plus_dg_transform_us", "row + DeepGEMM transform")):
+        for key, label in (
+            ("compiled_ref_us", "compiled ref (col_tma)"),
+            ("fp8ops_row_plus_dg_transform_us", "row + DeepGEMM transform"),
+        ):
             sel = [r for r in rows if r["K"] == K and r["layout"] == "col_tma" and key in r]
             if sel:
                 ax.plot([r["M"] for r in sel], [r[key] for r in sel], linestyle="--", label=label)
@@ -402,8 +506,11 @@ def main(argv=None) -> int:
     p.add_argument("--plot", default=None, help="optional PNG plot of time against M")
     p.add_argument("--quick", action="store_true", help="a smaller GPU grid")
     p.add_argument("--cpu", action="store_true", help="run the CPU benchmark even when a GPU is present")
-    p.add_argument("--sections", default="per_token,e2e,group_major",
-                   help="comma-separated GPU sections: per_token, e2e, group_major")
+    p.add_argument(
+        "--sections",
+        default="per_token,e2e,group_major",
+        help="comma-separated GPU sections: per_token, e2e, group_major",
+    )
     args = p.parse_args(argv)
     args.sections = set(args.sections.split(","))
     res = gpu_main(args) if torch.cuda.is_available() and not args.cpu else cpu_main(args)

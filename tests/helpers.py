@@ -53,8 +53,16 @@ def raw_bytes(t: torch.Tensor) -> torch.Tensor:
 def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what=""):
     assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
     assert a.dtype == b.dtype, f"{what}: dtype {a.dtype} != {b.dtype}"
-    ab = a.contiguous().view(torch.uint8) if a.element_size() == 1 else a.contiguous().view(torch.int32 if a.element_size() == 4 else torch.int16)
-    bb = b.contiguous().view(torch.uint8) if b.element_size() == 1 else b.contiguous().view(torch.int32 if b.element_size() == 4 else torch.int16)
+    ab = (
+        a.contiguous().view(torch.uint8)
+        if a.element_size() == 1
+        else a.contiguous().view(torch.int32 if a.element_size() == 4 else torch.int16)
+    )
+    bb = (
+        b.contiguous().view(torch.uint8)
+        if b.element_size() == 1
+        else b.contiguous().view(torch.int32 if b.element_size() == 4 else torch.int16)
+    )
     if not torch.equal(ab.cpu(), bb.cpu()):
         diff = (ab.cpu() != bb.cpu()).nonzero()
         raise AssertionError(f"{what}: {diff.shape[0]} elements differ, first at {diff[0].tolist()}")

@@ -5,10 +5,10 @@ import os
 
 import pytest
 import torch
+from helpers import assert_same_bits, make_input
 
 import fp8ops
 from fp8ops import reference as ref
-from helpers import assert_same_bits, make_input
 
 pytestmark = pytest.mark.gpu
 

@@ -4,11 +4,11 @@ import itertools
 
 import pytest
 import torch
+from helpers import DTYPES, assert_same_bits, make_input, raw_bytes
 
 import fp8ops
 from fp8ops import _layout
 from fp8ops import reference as ref
-from helpers import DTYPES, assert_same_bits, make_input, raw_bytes
 
 T_SIZES = (0, 1, 3, 4, 37)
 
@@ -37,7 +37,12 @@ def test_group_major_shapes_strides(packed):
         assert _layout.group_major_scale_geometry(T, G, D // 128, packed) == (sizes, strides, dtype)
         mq, ms = fp8ops.group_major_quant(x.to("meta"), packed=packed)
         assert (mq.shape, mq.stride(), ms.shape, ms.stride(), ms.dtype) == (
-            q.shape, q.stride(), s.shape, s.stride(), s.dtype)
+            q.shape,
+            q.stride(),
+            s.shape,
+            s.stride(),
+            s.dtype,
+        )
 
 
 def check_group_major(x, ue8m0=False, packed=False, eps=1e-10):
@@ -76,8 +81,9 @@ def test_group_major_bad_inputs(make, match):
 @pytest.mark.parametrize("packed", (False, True))
 def test_group_major_opcheck_and_compile(packed):
     x = strided_tgd(5, 4, 256, torch.bfloat16)
-    torch.library.opcheck(torch.ops.fp8ops.group_major_quant.default, (x,),
-                          {"ue8m0": False, "packed": packed, "eps": 1e-10})
+    torch.library.opcheck(
+        torch.ops.fp8ops.group_major_quant.default, (x,), {"ue8m0": False, "packed": packed, "eps": 1e-10}
+    )
     torch._dynamo.reset()
     cf = torch.compile(lambda t: fp8ops.group_major_quant(t, packed=packed), fullgraph=True, dynamic=True)
     for T in (3, 9, 17):
@@ -131,7 +137,7 @@ def test_pack_ue8m0_equals_fused_quant():
     assert torch.equal(raw_bytes(fp8ops.pack_ue8m0(sg.permute(1, 0, 2))), raw_bytes(pg))
 
 
-@pytest.mark.parametrize("bad", (3.0, -0.5, float("nan"), float("inf"), 2.0 ** -127, 0.75))
+@pytest.mark.parametrize("bad", (3.0, -0.5, float("nan"), float("inf"), 2.0**-127, 0.75))
 def test_pack_ue8m0_rejects_non_power_of_two_on_cpu(bad):
     s = ue8m0_scales((4, 8))
     s[2, 3] = bad
@@ -182,8 +188,12 @@ def test_dequant_bad_inputs_and_opcheck():
     with pytest.raises(RuntimeError, match="rank"):
         fp8ops.dequant(q, s[0])
     # test_schema compares inputs with a multiply, which float8 tensors do not support on the CPU.
-    torch.library.opcheck(torch.ops.fp8ops.dequant.default, (q, s), {"group_size": 128, "out_dtype": torch.bfloat16},
-                          test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"))
+    torch.library.opcheck(
+        torch.ops.fp8ops.dequant.default,
+        (q, s),
+        {"group_size": 128, "out_dtype": torch.bfloat16},
+        test_utils=("test_faketensor", "test_autograd_registration", "test_aot_dispatch_dynamic"),
+    )
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -212,7 +222,7 @@ def test_pack_and_dequant_cuda_bit_identical():
         st = s.transpose(-1, -2).contiguous().transpose(-1, -2).cuda()
         assert torch.equal(raw_bytes(fp8ops.pack_ue8m0(st)).cpu(), raw_bytes(fp8ops.pack_ue8m0(s)))
     # Invalid scales: the CUDA kernel rounds the exponent up and does not trap.
-    bad = torch.tensor([[3.0, 0.75, 2.0 ** -140, 1.0]], device="cuda")
+    bad = torch.tensor([[3.0, 0.75, 2.0**-140, 1.0]], device="cuda")
     assert raw_bytes(fp8ops.pack_ue8m0(bad)).cpu().tolist() == [129, 127, 1, 127] + [0] * 12
     x = make_input((130, 1024), torch.bfloat16, device="cuda")
     for layout, dt in itertools.product(("row", "col_tma", "col_tma_packed"), (None, torch.bfloat16, torch.float16)):

@@ -3,10 +3,10 @@ built to reach every e4m3 code, every rounding tie and every bf16 bit pattern.""
 
 import pytest
 import torch
+from helpers import assert_same_bits
 
 import fp8ops
 from fp8ops import reference as ref
-from helpers import assert_same_bits
 
 
 @pytest.mark.parametrize("ue8m0", (False, True))

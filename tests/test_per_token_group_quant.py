@@ -6,11 +6,11 @@ import itertools
 
 import pytest
 import torch
+from helpers import DTYPES, assert_same_bits, make_input, misaligned, raw_bytes, strided_rows
 
 import fp8ops
 from fp8ops import _layout
 from fp8ops import reference as ref
-from helpers import DTYPES, assert_same_bits, make_input, misaligned, raw_bytes, strided_rows
 
 LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
 M_SIZES = (0, 1, 3, 4, 5, 17, 4097)
@@ -102,9 +102,10 @@ def test_non_finite_semantics():
     x = torch.zeros(1, 128, dtype=torch.float32)
     x[0, :4] = torch.tensor([float("nan"), float("inf"), float("-inf"), 2.0])
     q, s = fp8ops.per_token_group_quant(x)
-    assert s.item() == torch.tensor(2.0 / 448.0, dtype=torch.float32).item() or s.item() == (
-        torch.tensor(2.0) * torch.tensor(1.0 / 448.0)
-    ).item()
+    assert (
+        s.item() == torch.tensor(2.0 / 448.0, dtype=torch.float32).item()
+        or s.item() == (torch.tensor(2.0) * torch.tensor(1.0 / 448.0)).item()
+    )
     vals = q.float()[0, :4].tolist()
     assert vals == [0.0, 448.0, -448.0, 448.0]
 
@@ -386,7 +387,7 @@ def test_cuda_programmatic_launch_chain_in_a_graph():
         a.copy_(make_input((33, 2048), torch.bfloat16, device="cuda"))
         graph.replay()
         torch.cuda.synchronize()
-        xc = (a.cpu() + b.cpu())
+        xc = a.cpu() + b.cpu()
         cq, cs = fp8ops.per_token_group_quant(xc, 128, "col_tma_packed")
         assert_same_bits(q2, cq, "q after producer")
         assert torch.equal(raw_bytes(packed).cpu(), raw_bytes(cs))

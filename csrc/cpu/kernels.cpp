@@ -86,7 +86,9 @@ void dequant_rows(const DequantParams& p, int64_t row_begin, int64_t row_end) {
 }
 
 // Rows per parallel task: about 64 Ki elements of work each.
-int64_t grain_rows(int64_t row_elems) { return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, row_elems)); }
+int64_t grain_rows(int64_t row_elems) {
+  return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(1, row_elems));
+}
 
 }  // namespace
 

@@ -12,11 +12,10 @@
 namespace fp8ops {
 namespace {
 
-#define FP8OPS_CUDA_CHECK(expr, what)                                                               \
-  do {                                                                                              \
-    const cudaError_t err_ = (expr);                                                                \
-    FP8OPS_CHECK(err_ == cudaSuccess, what, ": CUDA error: ", cudaGetErrorString(err_), " (", #expr, \
-                 ")");                                                                              \
+#define FP8OPS_CUDA_CHECK(expr, what)                                                                      \
+  do {                                                                                                     \
+    const cudaError_t err_ = (expr);                                                                       \
+    FP8OPS_CHECK(err_ == cudaSuccess, what, ": CUDA error: ", cudaGetErrorString(err_), " (", #expr, ")"); \
   } while (0)
 
 cudaStream_t current_stream(int32_t device) {

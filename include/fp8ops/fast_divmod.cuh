@@ -18,9 +18,7 @@ struct FastDivmod {
     multiplier = static_cast<uint32_t>(((1ull << 32) * ((1ull << shift) - d)) / d + 1);
   }
 
-  __device__ __forceinline__ uint32_t div(uint32_t n) const {
-    return (__umulhi(n, multiplier) + n) >> shift;
-  }
+  __device__ __forceinline__ uint32_t div(uint32_t n) const { return (__umulhi(n, multiplier) + n) >> shift; }
 };
 
 }  // namespace fp8ops

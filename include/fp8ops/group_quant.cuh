@@ -109,7 +109,7 @@ template <typename T, int kGroupSize, bool kVec16, int kUnroll>
 __global__ void __launch_bounds__(kGroupQuantThreads, 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_g, const uint32_t rows, const bool gather_words) {
   constexpr int kVec = kThreadBytes / sizeof(T);  // elements per thread and row
-  constexpr int kHalf = kVec / 2;                   // elements per 16-byte load
+  constexpr int kHalf = kVec / 2;                 // elements per 16-byte load
   constexpr int kLanes = kGroupSize / kVec;
   static_assert(kLanes >= 1 && kLanes <= 32 && (32 % kLanes) == 0, "a group must tile a warp");
 
@@ -261,19 +261,17 @@ cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStre
   const uint32_t rows = static_cast<uint32_t>(rows64);
   // 16-byte loads need a 16-byte aligned base and row strides; chunk offsets are multiples of
   // 16 bytes (32 bytes per thread, group sizes of at least 32 elements).
-  const bool vec16 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-                     (p.x_stride_t * int64_t(sizeof(T))) % 16 == 0 &&
+  const bool vec16 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride_t * int64_t(sizeof(T))) % 16 == 0 &&
                      (p.x_stride_g * int64_t(sizeof(T))) % 16 == 0;
-#define FP8OPS_GROUP_CASE(GS)                                                   \
-  case GS:                                                                      \
+#define FP8OPS_GROUP_CASE(GS)                                                      \
+  case GS:                                                                         \
     return vec16 ? launch_group_quant_impl<T, GS, true>(p, rows, sm_count, stream) \
                  : launch_group_quant_impl<T, GS, false>(p, rows, sm_count, stream);
   switch (p.group_size) {
     FP8OPS_GROUP_CASE(32)
     FP8OPS_GROUP_CASE(64)
     FP8OPS_GROUP_CASE(128)
-    default:
-      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
   }
 #undef FP8OPS_GROUP_CASE
 }

@@ -13,21 +13,21 @@
 namespace fp8ops {
 
 struct GroupQuantParams {
-  const void* x;        // bf16, fp16 or fp32; element (t, g, k) at t*x_stride_t + g*x_stride_g + k
-  int64_t x_stride_t;   // elements
-  int64_t x_stride_g;   // elements
-  uint8_t* q;           // e4m3 codes, row (t*G + g) of D bytes, contiguous
-  void* scale;          // fp32 scales, or int32 packed UE8M0 words (bytes addressed individually)
-  int64_t s_stride_t;   // in 4-byte words
+  const void* x;       // bf16, fp16 or fp32; element (t, g, k) at t*x_stride_t + g*x_stride_g + k
+  int64_t x_stride_t;  // elements
+  int64_t x_stride_g;  // elements
+  uint8_t* q;          // e4m3 codes, row (t*G + g) of D bytes, contiguous
+  void* scale;         // fp32 scales, or int32 packed UE8M0 words (bytes addressed individually)
+  int64_t s_stride_t;  // in 4-byte words
   int64_t s_stride_g;
-  int64_t s_stride_s;   // per scale group (fp32) or per packed word, i.e. per 4 groups (int32)
+  int64_t s_stride_s;  // per scale group (fp32) or per packed word, i.e. per 4 groups (int32)
   int64_t T, G, D;
   int64_t T_q, T_s;
   int32_t group_size;
-  int32_t S;            // D / group_size
+  int32_t S;  // D / group_size
   float eps;
-  bool ue8m0;           // round scales up to powers of two (implied by packed)
-  bool packed;          // write UE8M0 exponent bytes instead of fp32 scales
+  bool ue8m0;   // round scales up to powers of two (implied by packed)
+  bool packed;  // write UE8M0 exponent bytes instead of fp32 scales
 };
 
 // Word offset of scale group s of row (t, g); for packed scales, the word that holds its byte.

@@ -3,8 +3,8 @@
 // header to an independent torch expression of SPEC section 5.
 #pragma once
 
-#include <cstdint>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__CUDACC__)
@@ -97,8 +97,8 @@ FP8OPS_HD uint8_t e4m3_bits_host(float f) {
   // Subnormal e4m3: round |f| * 2^9 to an integer (ties to even); 8 is the smallest normal's code.
   const uint32_t m = exp == 0u ? (b & 0x7FFFFFu) : ((b & 0x7FFFFFu) | 0x800000u);
   const uint32_t e = exp == 0u ? 1u : exp;  // fp32 subnormals share exponent 1's scale
-  if (e <= 109u) return sign;                // below 2^-17: rounds to zero
-  const uint32_t shift = 141u - e;           // 21..31
+  if (e <= 109u) return sign;               // below 2^-17: rounds to zero
+  const uint32_t shift = 141u - e;          // 21..31
   uint32_t q = m >> shift;
   const uint32_t rem = m & ((1u << shift) - 1u);
   const uint32_t half = 1u << (shift - 1u);

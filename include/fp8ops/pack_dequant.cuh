@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "fp8ops/fast_divmod.cuh"
 #include "fp8ops/group_quant.cuh"
 #include "fp8ops/numerics.h"
 #include "fp8ops/pack_dequant.h"
@@ -16,44 +15,61 @@
 namespace fp8ops {
 
 constexpr int kPackThreads = 256;
+constexpr int kPackTileRows = 64;  // rows (m) of a tile
+constexpr int kPackTileWords = 8;  // packed words (p) of a tile: 32 scale columns
 
-// One thread per output word, row index fastest, so that the word stores are coalesced.
-__global__ void __launch_bounds__(kPackThreads)
-    pack_ue8m0_kernel(const PackUe8m0Params p, const FastDivmod div_ma, const FastDivmod div_p,
-                      const uint32_t total) {
-  const uint32_t w = blockIdx.x * kPackThreads + threadIdx.x;
+// A tile transpose through shared memory: reads go along the rows of the (usually row-major)
+// fp32 scales, 16 bytes a word where the strides allow it, and the packed words are written
+// row index fastest, so both sides are coalesced.
+__global__ void __launch_bounds__(kPackThreads) pack_ue8m0_kernel(const PackUe8m0Params p, const bool vec4) {
+  __shared__ uint32_t tile[kPackTileWords][kPackTileRows + 1];
+  const int64_t b = blockIdx.z;
+  const int64_t m0 = static_cast<int64_t>(blockIdx.x) * kPackTileRows;
+  const int64_t p0 = static_cast<int64_t>(blockIdx.y) * kPackTileWords;
   wait_for_prior_grid();
   allow_next_grid();
-  if (w >= total) return;
-  const uint32_t bp = div_ma.div(w);
-  const int64_t m = w - bp * div_ma.divisor;
-  const uint32_t b = div_p.div(bp);
-  const int64_t pw = bp - b * div_p.divisor;
-  uint32_t word = 0;
-  if (m < p.M) {
-    const float* row = p.in + b * p.in_stride_b + m * p.in_stride_m;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t s = 4 * pw + j;
-      if (s < p.S) word |= pack_byte(row[s * p.in_stride_s]) << (8 * j);
+  for (int i = threadIdx.x; i < kPackTileRows * kPackTileWords; i += kPackThreads) {
+    const int pl = i % kPackTileWords, ml = i / kPackTileWords;
+    const int64_t m = m0 + ml, pw = p0 + pl;
+    uint32_t word = 0;  // rows past M and groups past S stay zero
+    if (m < p.M && pw < p.P) {
+      const float* row = p.in + b * p.in_stride_b + m * p.in_stride_m;
+      if (vec4 && 4 * pw + 3 < p.S) {
+        const float4 v = *reinterpret_cast<const float4*>(row + 4 * pw);
+        word = pack_byte(v.x) | (pack_byte(v.y) << 8) | (pack_byte(v.z) << 16) | (pack_byte(v.w) << 24);
+      } else {
+        for (int j = 0; j < 4; ++j) {
+          const int64_t s = 4 * pw + j;
+          if (s < p.S) word |= pack_byte(row[s * p.in_stride_s]) << (8 * j);
+        }
+      }
     }
+    tile[pl][ml] = word;
   }
-  p.out[w] = static_cast<int32_t>(word);
+  __syncthreads();
+  for (int i = threadIdx.x; i < kPackTileRows * kPackTileWords; i += kPackThreads) {
+    const int ml = i % kPackTileRows, pl = i / kPackTileRows;
+    const int64_t m = m0 + ml, pw = p0 + pl;
+    if (m < p.Ma && pw < p.P) p.out[(b * p.P + pw) * p.Ma + m] = static_cast<int32_t>(tile[pl][ml]);
+  }
 }
 
 inline cudaError_t launch_pack_ue8m0(const PackUe8m0Params& p, cudaStream_t stream) {
-  const int64_t total64 = p.B * p.P * p.Ma;
-  if (total64 == 0) return cudaSuccess;
-  if (total64 >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
-  const uint32_t total = static_cast<uint32_t>(total64);
-  return launch_with_pdl(pack_ue8m0_kernel, dim3((total + kPackThreads - 1) / kPackThreads), dim3(kPackThreads), stream, p,
-                         FastDivmod(static_cast<uint32_t>(p.Ma)), FastDivmod(static_cast<uint32_t>(p.P)), total);
+  if (p.B * p.P * p.Ma == 0) return cudaSuccess;
+  if (p.B > 65535) return cudaErrorInvalidValue;
+  const bool vec4 = p.in_stride_s == 1 && reinterpret_cast<uintptr_t>(p.in) % 16 == 0 && p.in_stride_m % 4 == 0 &&
+                    p.in_stride_b % 4 == 0;
+  const dim3 grid(static_cast<unsigned>((p.Ma + kPackTileRows - 1) / kPackTileRows),
+                  static_cast<unsigned>((p.P + kPackTileWords - 1) / kPackTileWords), static_cast<unsigned>(p.B));
+  return launch_with_pdl(pack_ue8m0_kernel, grid, dim3(kPackThreads), stream, p, vec4);
 }
 
 template <typename T>
 __device__ __forceinline__ T from_float(float v);
 template <>
-__device__ __forceinline__ float from_float<float>(float v) { return v; }
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
   // NOTES: NaN is written as the canonical quiet NaN, as the CPU reference does.

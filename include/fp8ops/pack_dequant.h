@@ -32,7 +32,7 @@ FP8OPS_HD bool is_packable_scale(float v) {
 struct DequantParams {
   const uint8_t* q;
   int64_t q_stride_b, q_stride_m, q_stride_k;
-  const void* scale;  // fp32, or int32 packed UE8M0 words
+  const void* scale;                           // fp32, or int32 packed UE8M0 words
   int64_t s_stride_b, s_stride_m, s_stride_s;  // in 4-byte words; packed: per word
   bool packed;
   int32_t group_size;
