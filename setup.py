@@ -31,6 +31,9 @@ _cuda_home = _find_cuda_home()
 if _cuda_home:
     os.environ["CUDA_HOME"] = _cuda_home
 
+import re  # noqa: E402
+import subprocess  # noqa: E402
+
 from torch.utils.cpp_extension import BuildExtension, CUDAExtension  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -78,6 +81,20 @@ def _extension():
         py_limited_api=True,
     )
 
+
+def _write_build_info():
+    """fp8ops/_build_info.py: the CUDA version the library is built with, checked at import."""
+    nvcc = os.path.join(_cuda_home or "", "bin", "nvcc")
+    try:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+        cuda = re.search(r"release (\d+\.\d+)", out).group(1)
+    except (OSError, subprocess.CalledProcessError, AttributeError):
+        cuda = "unknown"
+    with open(os.path.join(ROOT, "fp8ops", "_build_info.py"), "w") as f:
+        f.write(f'"""Written by setup.py at build time."""\n\nCUDA_VERSION = "{cuda}"\n')
+
+
+_write_build_info()
 
 setup(
     ext_modules=[_extension()],
