@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "fp8ops/group_quant.h"
+#include "fp8ops/indexer.h"
 #include "fp8ops/pack_dequant.h"
 
 namespace fp8ops {
@@ -38,14 +39,26 @@ struct PreparedDequant {
 PreparedDequant prepare_dequant(const Tensor& q, const Tensor& scale, int64_t group_size,
                                 std::optional<ScalarType> out_dtype);
 
+struct PreparedIndexer {
+  Tensor q_out;
+  Tensor weights_out;
+  IndexerParams params;
+  ScalarType dtype;
+};
+PreparedIndexer prepare_indexer_q_quant(const Tensor& q, const Tensor& weight, double weight_scale,
+                                        const Tensor& cos_sin_cache, const Tensor& positions, bool rope_tail,
+                                        bool rope_neox, bool hadamard, double eps);
+
 // CPU reference kernels.
 void run_group_quant_cpu(const PreparedGroupQuant& prep);
 void run_pack_ue8m0_cpu(const PreparedPack& prep);
 void run_dequant_cpu(const PreparedDequant& prep);
+void run_indexer_cpu(const PreparedIndexer& prep);
 
 // CUDA launchers: run on the current stream of the tensors' device, under a device guard.
 void run_group_quant_cuda(const PreparedGroupQuant& prep);
 void run_pack_ue8m0_cuda(const PreparedPack& prep);
 void run_dequant_cuda(const PreparedDequant& prep);
+void run_indexer_cuda(const PreparedIndexer& prep);
 
 }  // namespace fp8ops

@@ -202,4 +202,63 @@ PreparedDequant prepare_dequant(const Tensor& q, const Tensor& scale, int64_t gr
   return prep;
 }
 
+PreparedIndexer prepare_indexer_q_quant(const Tensor& q, const Tensor& weight, double weight_scale,
+                                        const Tensor& cos_sin_cache, const Tensor& positions, bool rope_tail,
+                                        bool rope_neox, bool hadamard, double eps) {
+  const char* op = "indexer_q_quant";
+  check_float_input(op, "q", q, /*allow_fp32=*/false);
+  FP8OPS_CHECK(q.dim() == 3, op, ": q must be 3-D [B, H, 128], got ", q.dim(), " dims");
+  const int64_t B = q.size(0), H = q.size(1);
+  FP8OPS_CHECK(q.size(2) == kIndexerHeadDim, op, ": q's head dim must be 128, got ", q.size(2));
+  FP8OPS_CHECK(q.stride(2) == 1 && (H <= 1 || q.stride(1) == kIndexerHeadDim), op,
+               ": q's last two dims must be contiguous (strides (128, 1)), got (", q.stride(1), ", ", q.stride(2), ")");
+  FP8OPS_CHECK(weight.scalar_type() == q.scalar_type(), op, ": weight must have q's dtype (",
+               dtype_name(q.scalar_type()), "), got ", dtype_name(weight.scalar_type()));
+  FP8OPS_CHECK(weight.dim() == 2 && weight.size(0) == B && weight.size(1) == H, op, ": weight must be [B, H] = [", B,
+               ", ", H, "]");
+  FP8OPS_CHECK(cos_sin_cache.scalar_type() == ScalarType::Float, op, ": cos_sin_cache must be float32, got ",
+               dtype_name(cos_sin_cache.scalar_type()));
+  FP8OPS_CHECK(cos_sin_cache.dim() == 2 && cos_sin_cache.size(1) == 2 * kIndexerRopePairs, op,
+               ": cos_sin_cache must be [max_pos, 64] (cos(32) | sin(32)), got width ",
+               cos_sin_cache.dim() == 2 ? cos_sin_cache.size(1) : -1);
+  FP8OPS_CHECK(cos_sin_cache.stride(1) == 1, op, ": cos_sin_cache's last dim must be contiguous");
+  const ScalarType pt = positions.scalar_type();
+  FP8OPS_CHECK(pt == ScalarType::Int || pt == ScalarType::Long, op, ": positions must be int32 or int64, got ",
+               dtype_name(pt));
+  FP8OPS_CHECK(positions.dim() == 1 && positions.size(0) == B, op, ": positions must be [B] = [", B, "]");
+  check_same_device(op, "q", q, "weight", weight);
+  check_same_device(op, "q", q, "cos_sin_cache", cos_sin_cache);
+  check_same_device(op, "q", q, "positions", positions);
+  check_eps(op, eps);
+  FP8OPS_CHECK(B * H == 0 || cos_sin_cache.size(0) > 0, op, ": cos_sin_cache has no positions");
+  FP8OPS_CHECK(std::isfinite(weight_scale), op, ": weight_scale must be finite");
+
+  PreparedIndexer prep{new_contiguous(q, {B, H, kIndexerHeadDim}, ScalarType::Float8_e4m3fn),
+                       new_contiguous(q, {B, H, 1}, ScalarType::Float),
+                       {},
+                       q.scalar_type()};
+  IndexerParams& p = prep.params;
+  p.q = q.const_data_ptr();
+  p.q_stride_b = q.stride(0);
+  p.weight = weight.const_data_ptr();
+  p.w_stride_b = weight.stride(0);
+  p.w_stride_h = weight.stride(1);
+  p.weight_scale = static_cast<float>(weight_scale);
+  p.cos_sin = static_cast<const float*>(cos_sin_cache.const_data_ptr());
+  p.cs_stride_pos = cos_sin_cache.stride(0);
+  p.max_pos = cos_sin_cache.size(0);
+  p.positions = positions.const_data_ptr();
+  p.pos_stride = positions.stride(0);
+  p.pos_int64 = pt == ScalarType::Long;
+  p.rope_tail = rope_tail;
+  p.rope_neox = rope_neox;
+  p.hadamard = hadamard;
+  p.eps = static_cast<float>(eps);
+  p.q_out = static_cast<uint8_t*>(prep.q_out.mutable_data_ptr());
+  p.w_out = static_cast<float*>(prep.weights_out.mutable_data_ptr());
+  p.B = B;
+  p.H = H;
+  return prep;
+}
+
 }  // namespace fp8ops

@@ -36,6 +36,16 @@ Tensor dequant(Tensor q, Tensor scale, int64_t group_size, std::optional<ScalarT
   return prep.out;
 }
 
+template <void (*Run)(const PreparedIndexer&)>
+std::tuple<Tensor, Tensor> indexer_q_quant(Tensor q, Tensor weight, double weight_scale, Tensor cos_sin_cache,
+                                           Tensor positions, bool rope_tail, bool rope_neox, bool hadamard,
+                                           double eps) {
+  PreparedIndexer prep =
+      prepare_indexer_q_quant(q, weight, weight_scale, cos_sin_cache, positions, rope_tail, rope_neox, hadamard, eps);
+  Run(prep);
+  return {prep.q_out, prep.weights_out};
+}
+
 }  // namespace
 }  // namespace fp8ops
 
@@ -45,6 +55,10 @@ STABLE_TORCH_LIBRARY(fp8ops, m) {
       "int pad_rows_to=1, float eps=1e-10) -> (Tensor q, Tensor scale)");
   m.def(
       "group_major_quant(Tensor x, bool ue8m0=False, bool packed=False, float eps=1e-10) -> (Tensor q, Tensor scale)");
+  m.def(
+      "indexer_q_quant(Tensor q, Tensor weight, float weight_scale, Tensor cos_sin_cache, Tensor positions, "
+      "bool rope_tail=True, bool rope_neox=False, bool hadamard=True, float eps=1e-4) -> (Tensor q_fp8, Tensor "
+      "weights_out)");
   m.def("pack_ue8m0(Tensor scale) -> Tensor");
   m.def("dequant(Tensor q, Tensor scale, int group_size=128, ScalarType? out_dtype=None) -> Tensor");
 }
@@ -53,6 +67,7 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ops, CPU, m) {
   using namespace fp8ops;
   m.impl("per_token_group_quant", TORCH_BOX(&per_token_group_quant<run_group_quant_cpu>));
   m.impl("group_major_quant", TORCH_BOX(&group_major_quant<run_group_quant_cpu>));
+  m.impl("indexer_q_quant", TORCH_BOX(&indexer_q_quant<run_indexer_cpu>));
   m.impl("pack_ue8m0", TORCH_BOX(&pack_ue8m0<run_pack_ue8m0_cpu>));
   m.impl("dequant", TORCH_BOX(&dequant<run_dequant_cpu>));
 }
@@ -61,6 +76,7 @@ STABLE_TORCH_LIBRARY_IMPL(fp8ops, CUDA, m) {
   using namespace fp8ops;
   m.impl("per_token_group_quant", TORCH_BOX(&per_token_group_quant<run_group_quant_cuda>));
   m.impl("group_major_quant", TORCH_BOX(&group_major_quant<run_group_quant_cuda>));
+  m.impl("indexer_q_quant", TORCH_BOX(&indexer_q_quant<run_indexer_cuda>));
   m.impl("pack_ue8m0", TORCH_BOX(&pack_ue8m0<run_pack_ue8m0_cuda>));
   m.impl("dequant", TORCH_BOX(&dequant<run_dequant_cuda>));
 }

@@ -5,7 +5,14 @@ from . import _loader
 _LIBRARY = _loader.load()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
-from .ops import dequant, group_major_quant, pack_ue8m0, per_token_group_quant  # noqa: E402
+from .ops import dequant, group_major_quant, indexer_q_quant, pack_ue8m0, per_token_group_quant  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["per_token_group_quant", "group_major_quant", "pack_ue8m0", "dequant", "__version__"]
+__all__ = [
+    "per_token_group_quant",
+    "group_major_quant",
+    "indexer_q_quant",
+    "pack_ue8m0",
+    "dequant",
+    "__version__",
+]

@@ -57,3 +57,12 @@ def _dequant_fake(q, scale, group_size=128, out_dtype=None):
     expected = ceil_div(S, 4) if scale.dtype == torch.int32 else S
     torch._check(scale.shape[-1] == expected, lambda: "dequant: scale.size(-1) does not match q")
     return q.new_empty(q.shape, dtype=out_dtype if out_dtype is not None else torch.float32)
+
+
+@torch.library.register_fake("fp8ops::indexer_q_quant")
+def _indexer_q_quant_fake(
+    q, weight, weight_scale, cos_sin_cache, positions, rope_tail=True, rope_neox=False, hadamard=True, eps=1e-4
+):
+    torch._check(q.dim() == 3 and q.shape[-1] == 128, lambda: "indexer_q_quant: q must be [B, H, 128]")
+    B, H, _ = q.shape
+    return q.new_empty((B, H, 128), dtype=E4M3), q.new_empty((B, H, 1), dtype=torch.float32)

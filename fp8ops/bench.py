@@ -327,6 +327,36 @@ def bench_group_major(dg, copy_tbps):
     return rows, pack_rows
 
 
+def bench_indexer(copy_tbps, Bs=(1, 8, 64, 256, 512, 2048, 16384), H=64, max_pos=65536):
+    """indexer_q_quant (DeepSeek-V4 options: rope_tail, interleaved, Hadamard) against the
+    torch.compile'd fp32 torch expression of the same."""
+    cs = torch.randn(max_pos, 64, device="cuda")
+    compiled = torch.compile(ref.indexer_q_quant_fp32, fullgraph=True, dynamic=True)
+    rows = []
+    for B in Bs:
+        per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
+        sets = [
+            (
+                torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
+                torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
+                0.5,
+                cs,
+                torch.randint(0, max_pos, (B,), device="cuda"),
+            )
+            for _ in range(n_sets_for(per_call))
+        ]
+        row = {"B": B, "H": H, "bytes": per_call}
+        row["fp8ops_us"] = graph_time_us(fp8ops.indexer_q_quant, sets)
+        row["compiled_ref_us"] = graph_time_us(compiled, sets)
+        row["pct_of_copy"] = 100.0 * per_call / (row["fp8ops_us"] * 1e-6) / 1e12 / copy_tbps
+        rows.append(row)
+        log(
+            f"  indexer B={B:6d} H={H}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), "
+            f"compiled ref {row['compiled_ref_us']:8.2f} us"
+        )
+    return rows
+
+
 def gpu_main(args) -> dict:
     try:
         import deep_gemm as dg
@@ -365,6 +395,9 @@ def gpu_main(args) -> dict:
     if "e2e" in args.sections and dg is not None:
         log("end to end, group_major_quant + deep_gemm.fp8_einsum (G=8, D=1024, N=512):")
         result["einsum"] = bench_einsum(dg)
+    if "indexer" in args.sections:
+        log("indexer_q_quant (rope_tail, interleaved, Hadamard):")
+        result["indexer"] = bench_indexer(copy_tbps)
     return result
 
 
@@ -470,6 +503,18 @@ def print_tables(res: dict) -> None:
             )
 
 
+def print_indexer(res: dict) -> None:
+    if "indexer" not in res:
+        return
+    print("\nindexer_q_quant, bf16, H=64, rope_tail + interleaved + Hadamard (us per call)")
+    print(f"{'B':>6} {'fp8ops':>9} {'%copy':>6} {'x floor':>8} {'compiled':>9} {'speedup':>8}")
+    for r in res["indexer"]:
+        print(
+            f"{r['B']:6d} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} {r['fp8ops_us'] / res['launch_floor_us']:8.2f} "
+            f"{r['compiled_ref_us']:9.2f} {r['compiled_ref_us'] / r['fp8ops_us']:8.2f}"
+        )
+
+
 def plot(res: dict, path: str) -> None:
     import matplotlib
 
@@ -508,13 +553,14 @@ def main(argv=None) -> int:
     p.add_argument("--cpu", action="store_true", help="run the CPU benchmark even when a GPU is present")
     p.add_argument(
         "--sections",
-        default="per_token,e2e,group_major",
+        default="per_token,e2e,group_major,indexer",
         help="comma-separated GPU sections: per_token, e2e, group_major",
     )
     args = p.parse_args(argv)
     args.sections = set(args.sections.split(","))
     res = gpu_main(args) if torch.cuda.is_available() and not args.cpu else cpu_main(args)
     print_tables(res)
+    print_indexer(res)
     with open(args.json, "w") as f:
         json.dump(res, f, indent=1)
     log(f"results written to {args.json}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["per_token_group_quant", "group_major_quant", "pack_ue8m0", "dequant"]
+__all__ = ["per_token_group_quant", "group_major_quant", "indexer_q_quant", "pack_ue8m0", "dequant"]
 
 
 def per_token_group_quant(
@@ -45,6 +45,35 @@ def group_major_quant(
     ``P = ceil(S/4)``, strides ``(1, P*Ta, Ta)`` (always UE8M0). Token padding is zero.
     """
     return torch.ops.fp8ops.group_major_quant(x, ue8m0, packed, eps)
+
+
+def indexer_q_quant(
+    q: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: float,
+    cos_sin_cache: torch.Tensor,
+    positions: torch.Tensor,
+    rope_tail: bool = True,
+    rope_neox: bool = False,
+    hadamard: bool = True,
+    eps: float = 1e-4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sparse-attention indexer query in one launch: RoPE, Hadamard, e4m3 per (token, head).
+
+    q ``[B, H, 128]`` bf16/fp16 (row stride arbitrary, last two dims contiguous); weight ``[B, H]``
+    of q's dtype, any strides (typically a column slice of a projection output); cos_sin_cache fp32
+    ``[max_pos, 64]`` laid out ``cos(32) | sin(32)``; positions ``[B]`` int32 or int64.
+
+    RoPE rotates the last 64 dims (``rope_tail=True``, DeepSeek-V4) or the first 64 (DeepSeek-V3.2),
+    in interleaved pairs ``(2i, 2i+1)`` or, with ``rope_neox``, pairs ``(i, i+32)``; with
+    ``hadamard`` a 128-point Walsh-Hadamard transform (Sylvester order, times ``128**-0.5``)
+    follows. Returns q_fp8 ``[B, H, 128]`` e4m3 and weights_out ``[B, H, 1]`` fp32
+    ``= weight * weight_scale * scale``. A position outside ``[0, max_pos)`` raises on the CPU; the
+    CUDA kernel clamps it into range (no out-of-bounds read) and that row's values are unspecified.
+    """
+    return torch.ops.fp8ops.indexer_q_quant(
+        q, weight, weight_scale, cos_sin_cache, positions, rope_tail, rope_neox, hadamard, eps
+    )
 
 
 def pack_ue8m0(scale: torch.Tensor) -> torch.Tensor:

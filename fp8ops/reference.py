@@ -112,3 +112,51 @@ def dequant(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128, out_dty
     s = scale[..., :S].float().unsqueeze(-1)
     y = (q.float().reshape(*q.shape[:-1], S, group_size) * s).reshape(q.shape)
     return y.to(out_dtype or torch.float32)
+
+
+def hadamard_matrix(n: int = 128, dtype=torch.float64) -> torch.Tensor:
+    """Sylvester-order Walsh-Hadamard matrix (unnormalized)."""
+    h = torch.ones(1, 1, dtype=dtype)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h
+
+
+def indexer_q_transform(
+    q, cos_sin_cache, positions, rope_tail=True, rope_neox=False, hadamard=True, dtype=torch.float64
+):
+    """RoPE then Hadamard of SPEC section 4 (float64 by default): returns the transformed [B, H, 128]."""
+    x = q.to(dtype).clone()
+    cs = cos_sin_cache.to(dtype)[positions.long()]  # [B, 64]
+    cos, sin = cs[:, None, :32], cs[:, None, 32:]
+    half = x[..., 64:] if rope_tail else x[..., :64]
+    if rope_neox:
+        a, b = half[..., :32].clone(), half[..., 32:].clone()
+        half[..., :32], half[..., 32:] = a * cos - b * sin, a * sin + b * cos
+    else:
+        a, b = half[..., 0::2].clone(), half[..., 1::2].clone()
+        half[..., 0::2], half[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+    if hadamard:
+        x = x @ hadamard_matrix(128, dtype).to(x.device).t() * 128**-0.5
+    return x
+
+
+def indexer_q_quant(
+    q, weight, weight_scale, cos_sin_cache, positions, rope_tail=True, rope_neox=False, hadamard=True, eps=1e-4
+):
+    """Float64 expression of indexer_q_quant: (transformed q, scale [B, H], weights_out [B, H])."""
+    x = indexer_q_transform(q, cos_sin_cache, positions, rope_tail, rope_neox, hadamard)
+    amax = x.abs().masked_fill(~x.isfinite(), 0).amax(-1)
+    scale = amax.clamp(min=eps) / 448.0
+    return x, scale, weight.double() * weight_scale * scale
+
+
+def indexer_q_quant_fp32(
+    q, weight, weight_scale, cos_sin_cache, positions, rope_tail=True, rope_neox=False, hadamard=True, eps=1e-4
+):
+    """What a user would write in fp32 torch: (q_fp8 [B, H, 128], weights_out [B, H, 1])."""
+    x = indexer_q_transform(q, cos_sin_cache, positions, rope_tail, rope_neox, hadamard, torch.float32)
+    amax = x.abs().masked_fill(~x.isfinite(), 0).amax(-1, keepdim=True)
+    scale = amax.clamp(min=eps) * INV_E4M3_MAX
+    q8 = (torch.where(x.isnan(), torch.zeros_like(x), x) * (1.0 / scale)).clamp(-448.0, 448.0).to(E4M3)
+    return q8, weight.float().unsqueeze(-1) * weight_scale * scale

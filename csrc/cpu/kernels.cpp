@@ -146,4 +146,64 @@ void run_dequant_cpu(const PreparedDequant& prep) {
   torch::stable::parallel_for(0, rows, grain_rows(p.K), body);
 }
 
+namespace {
+
+template <typename T>
+void indexer_rows(const IndexerParams& p, int64_t begin, int64_t end) {
+  float v[kIndexerHeadDim];
+  for (int64_t bh = begin; bh < end; ++bh) {
+    const int64_t b = bh / p.H, h = bh % p.H;
+    const T* src = static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim;
+    for (int k = 0; k < kIndexerHeadDim; ++k) v[k] = static_cast<float>(src[k]);
+    const float* cs = p.cos_sin + indexer_position(p, b) * p.cs_stride_pos;
+    float* rope = v + (p.rope_tail ? kIndexerHeadDim - kIndexerRopeDim : 0);
+    for (int i = 0; i < kIndexerRopePairs; ++i) {
+      float& a = p.rope_neox ? rope[i] : rope[2 * i];
+      float& c = p.rope_neox ? rope[i + kIndexerRopePairs] : rope[2 * i + 1];
+      rope_pair(a, c, cs[i], cs[kIndexerRopePairs + i]);
+    }
+    if (p.hadamard) {
+      for (int hh = 1; hh < kIndexerHeadDim; hh <<= 1) {
+        for (int j = 0; j < kIndexerHeadDim; ++j) {
+          if (j & hh) continue;
+          const float lower = v[j], upper = v[j + hh];
+          v[j] = butterfly_lower(lower, upper);
+          v[j + hh] = butterfly_upper(lower, upper);
+        }
+      }
+      for (int k = 0; k < kIndexerHeadDim; ++k) v[k] = mul_rn(v[k], kInvSqrt128);
+    }
+    float amax = 0.0f;
+    for (int k = 0; k < kIndexerHeadDim; ++k) amax = fmax_nonan(amax, finite_abs(v[k]));
+    const float scale = group_scale(amax, p.eps, false);
+    const float r = 1.0f / scale;
+    uint8_t* dst = p.q_out + bh * kIndexerHeadDim;
+    for (int k = 0; k < kIndexerHeadDim; ++k) dst[k] = e4m3_bits_host(scaled_clamped(v[k], r));
+    const float w = static_cast<float>(static_cast<const T*>(p.weight)[b * p.w_stride_b + h * p.w_stride_h]);
+    p.w_out[bh] = indexer_weight(w, p.weight_scale, scale);
+  }
+}
+
+}  // namespace
+
+void run_indexer_cpu(const PreparedIndexer& prep) {
+  const IndexerParams& p = prep.params;
+  // Validate every position before writing anything.
+  for (int64_t b = 0; b < p.B && p.H > 0; ++b) {
+    const int64_t pos = indexer_position(p, b);
+    FP8OPS_CHECK(pos >= 0 && pos < p.max_pos, "indexer_q_quant: positions[", b, "] = ", pos,
+                 " is outside the cos_sin_cache's [0, ", p.max_pos, ")");
+  }
+  const int64_t rows = p.B * p.H;
+  if (rows == 0) return;
+  auto body = [&](int64_t b, int64_t e) {
+    if (prep.dtype == ScalarType::BFloat16) {
+      indexer_rows<c10::BFloat16>(p, b, e);
+    } else {
+      indexer_rows<c10::Half>(p, b, e);
+    }
+  };
+  torch::stable::parallel_for(0, rows, 64, body);
+}
+
 }  // namespace fp8ops

@@ -7,6 +7,7 @@
 
 #include "../ops.h"
 #include "fp8ops/group_quant.cuh"
+#include "fp8ops/indexer.cuh"
 #include "fp8ops/pack_dequant.cuh"
 
 namespace fp8ops {
@@ -70,6 +71,16 @@ void run_dequant_cuda(const PreparedDequant& prep) {
     default: err = launch_dequant<float>(prep.params, stream); break;
   }
   FP8OPS_CUDA_CHECK(err, "dequant kernel");
+}
+
+void run_indexer_cuda(const PreparedIndexer& prep) {
+  const int32_t device = prep.q_out.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const cudaError_t err = prep.dtype == ScalarType::BFloat16
+                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, stream)
+                              : launch_indexer_q_quant<__half>(prep.params, stream);
+  FP8OPS_CUDA_CHECK(err, "indexer_q_quant kernel");
 }
 
 }  // namespace fp8ops

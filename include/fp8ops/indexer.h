@@ -1,0 +1,91 @@
+// indexer_q_quant (SPEC section 4): RoPE on 64 of 128 dims, an optional 128-point Walsh-Hadamard
+// transform, then one e4m3 scale per (token, head). The arithmetic order is fixed here, step by
+// step, and the CUDA kernel and the CPU reference both call these functions:
+//   1. RoPE, pair (a, b) with (c, s) = (cos[pos, i], sin[pos, i]):
+//        a' = (a * c) - (b * s),  b' = (a * s) + (b * c)     (four rounded products, no FMA)
+//   2. Hadamard, natural (Sylvester) order: stages h = 1, 2, 4, ..., 64; in each, every pair
+//      (j, j + h) with j & h == 0 becomes (v[j] + v[j+h], v[j] - v[j+h]); then each value times
+//      fp32(128^-0.5).
+//   3. amax over the finite values, scale = max(amax, eps) * C, codes as in numerics.h.
+//   4. weights_out = (float(weight) * weight_scale) * scale.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8ops/numerics.h"
+
+namespace fp8ops {
+
+constexpr int kIndexerHeadDim = 128;
+constexpr int kIndexerRopeDim = 64;
+constexpr int kIndexerRopePairs = 32;
+// 128^-0.5 = 2^-3.5 rounded to fp32.
+constexpr float kInvSqrt128 = 0.08838834764831845f;
+
+FP8OPS_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+FP8OPS_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+FP8OPS_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+// Step 1 for one pair.
+FP8OPS_HD void rope_pair(float& a, float& b, float c, float s) {
+  const float a2 = sub_rn(mul_rn(a, c), mul_rn(b, s));
+  const float b2 = add_rn(mul_rn(a, s), mul_rn(b, c));
+  a = a2;
+  b = b2;
+}
+
+// Step 2's butterfly: (lower, upper) -> (lower + upper, lower - upper).
+FP8OPS_HD float butterfly_lower(float lower, float upper) { return add_rn(lower, upper); }
+FP8OPS_HD float butterfly_upper(float lower, float upper) { return sub_rn(lower, upper); }
+
+// Step 4.
+FP8OPS_HD float indexer_weight(float weight, float weight_scale, float scale) {
+  return mul_rn(mul_rn(weight, weight_scale), scale);
+}
+
+// Framework-free parameters of one call.
+struct IndexerParams {
+  const void* q;  // [B, H, 128], head stride 128, element stride 1
+  int64_t q_stride_b;
+  const void* weight;  // [B, H], same dtype as q
+  int64_t w_stride_b, w_stride_h;
+  float weight_scale;
+  const float* cos_sin;  // [max_pos, 64]: cos(32) | sin(32)
+  int64_t cs_stride_pos;
+  int64_t max_pos;
+  const void* positions;  // [B], int32 or int64
+  int64_t pos_stride;
+  bool pos_int64;
+  bool rope_tail, rope_neox, hadamard;
+  float eps;
+  uint8_t* q_out;  // [B, H, 128] contiguous
+  float* w_out;    // [B, H] contiguous
+  int64_t B, H;
+};
+
+FP8OPS_HD int64_t indexer_position(const IndexerParams& p, int64_t b) {
+  return p.pos_int64 ? static_cast<const int64_t*>(p.positions)[b * p.pos_stride]
+                     : static_cast<const int32_t*>(p.positions)[b * p.pos_stride];
+}
+
+}  // namespace fp8ops

@@ -1,0 +1,168 @@
+"""indexer_q_quant (SPEC section 4): against a float64 torch reference with fp8 tolerance, every
+option, bad inputs, opcheck, torch.compile; on a GPU, bit-identity with the CPU kernel."""
+
+import itertools
+
+import pytest
+import torch
+from helpers import assert_same_bits
+
+import fp8ops
+from fp8ops import reference as ref
+
+OPTIONS = list(itertools.product((True, False), (False, True), (True, False)))  # rope_tail, neox, hadamard
+
+
+def make_case(B, H=8, dtype=torch.bfloat16, device="cpu", pos_dtype=torch.int64, max_pos=4096):
+    """q with a wider row stride, weight as a column slice of a projection output, and a real
+    RoPE cache (cos | sin of position * inverse frequency)."""
+    q = (torch.randn(B, H + 1, 128) * 3).to(dtype)[:, 1:]
+    weight = torch.randn(B, H + 5).to(dtype)[:, 2 : 2 + H]
+    inv_freq = 1.0 / (10000 ** (torch.arange(32, dtype=torch.float64) / 32))
+    ang = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    cos_sin = torch.cat([ang.cos(), ang.sin()], -1).float()
+    positions = torch.randint(0, max_pos, (B,), dtype=pos_dtype)
+    return [t.to(device) for t in (q, weight)] + [0.37, cos_sin.to(device), positions.to(device)]
+
+
+def check_close_to_reference(args, rope_tail, rope_neox, hadamard, eps=1e-4):
+    q, weight, ws, cs, pos = args
+    q8, w_out = fp8ops.indexer_q_quant(q, weight, ws, cs, pos, rope_tail, rope_neox, hadamard, eps)
+    B, H = q.shape[:2]
+    assert q8.shape == (B, H, 128) and q8.dtype == torch.float8_e4m3fn and q8.is_contiguous()
+    assert w_out.shape == (B, H, 1) and w_out.dtype == torch.float32 and w_out.is_contiguous()
+    x, scale, w_ref = ref.indexer_q_quant(
+        q.cpu(), weight.cpu(), ws, cs.cpu(), pos.cpu(), rope_tail, rope_neox, hadamard, eps
+    )
+    deq = q8.cpu().double() * scale[..., None]
+    step = scale[..., None] * 2.0**-9  # one e4m3 subnormal step in scale units
+    assert ((deq - x).abs() <= x.abs() / 16 + step).all()
+    rel = (w_out.cpu().squeeze(-1).double() - w_ref).abs() / w_ref.abs().clamp(min=1e-30)
+    assert (rel <= 2e-5).all(), rel.max()
+    return q8, w_out
+
+
+@pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_matches_float64_reference(rope_tail, rope_neox, hadamard, dtype):
+    for B, pos_dtype in ((0, torch.int64), (1, torch.int32), (7, torch.int64), (33, torch.int32)):
+        check_close_to_reference(make_case(B, dtype=dtype, pos_dtype=pos_dtype), rope_tail, rope_neox, hadamard)
+
+
+def test_rope_variants_differ():
+    """Interleaved and NeoX pairs, and head or tail, are really different rotations."""
+    args = make_case(5)
+    outs = [
+        fp8ops.indexer_q_quant(*args, rope_tail=t, rope_neox=n, hadamard=False)[0]
+        for t in (True, False)
+        for n in (False, True)
+    ]
+    for a, b in itertools.combinations(outs, 2):
+        assert not torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def test_complex_freqs_cis_converts():
+    args = make_case(4, max_pos=64)
+    cs = args[3]
+    f = torch.complex(cs[:, :32], cs[:, 32:])
+    args[3] = torch.cat([f.real, f.imag], -1)
+    check_close_to_reference(args, True, False, True)
+
+
+BAD = [
+    (lambda a: [a[0][..., :64]] + a[1:], "head dim must be 128"),
+    (lambda a: [a[0].float()] + a[1:], "q must be bfloat16"),
+    (lambda a: [a[0], a[1].half()] + a[2:], "weight must have q's dtype"),
+    (lambda a: [a[0], a[1][:, :3]] + a[2:], "weight must be"),
+    (lambda a: a[:3] + [a[3][:, :32]] + a[4:], "cos_sin_cache must be \\[max_pos, 64\\]"),
+    (lambda a: a[:3] + [a[3].double()] + a[4:], "cos_sin_cache must be float32"),
+    (lambda a: a[:4] + [a[4].float()], "positions must be int32 or int64"),
+    (lambda a: a[:4] + [a[4][:2]], "positions must be \\[B\\]"),
+    (lambda a: a[:4] + [a[4] + 100000], "outside the cos_sin_cache"),
+    (lambda a: a[:4] + [a[4] - 100000], "outside the cos_sin_cache"),
+    (lambda a: [a[0].transpose(0, 1).contiguous().transpose(0, 1)] + a[1:], "last two dims must be contiguous"),
+]
+
+
+@pytest.mark.parametrize("mutate, match", BAD)
+def test_bad_inputs_raise(mutate, match):
+    with pytest.raises(RuntimeError, match=match):
+        fp8ops.indexer_q_quant(*mutate(make_case(5)))
+
+
+@pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS[:4])
+def test_opcheck_and_compile(rope_tail, rope_neox, hadamard):
+    args = make_case(6)
+    torch.library.opcheck(
+        torch.ops.fp8ops.indexer_q_quant.default,
+        tuple(args),
+        {"rope_tail": rope_tail, "rope_neox": rope_neox, "hadamard": hadamard, "eps": 1e-4},
+    )
+    torch._dynamo.reset()
+    cf = torch.compile(
+        lambda *a: fp8ops.indexer_q_quant(*a, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard),
+        fullgraph=True,
+        dynamic=True,
+    )
+    for B in (3, 9):
+        args = make_case(B)
+        got, want = (
+            cf(*args),
+            fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard),
+        )
+        assert_same_bits(got[0], want[0], "compiled q")
+        assert_same_bits(got[1], want[1], "compiled weights")
+
+
+# ----------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
+def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
+    for B, dtype, pos_dtype in (
+        (1, torch.bfloat16, torch.int64),
+        (33, torch.float16, torch.int32),
+        (16384, torch.bfloat16, torch.int32),
+    ):
+        args = make_case(B, H=64 if B > 1000 else 8, dtype=dtype, pos_dtype=pos_dtype)
+        cpu = fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
+        cuda_args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+        gpu = fp8ops.indexer_q_quant(*cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
+        assert_same_bits(gpu[0], cpu[0], f"q_fp8 B={B}")
+        assert_same_bits(gpu[1], cpu[1], f"weights_out B={B}")
+
+
+@pytest.mark.gpu
+def test_cuda_clamps_out_of_range_positions_and_writes_everything():
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in make_case(9)]
+    args[4][3] = 10**9
+    args[4][5] = -7
+    q8, w = fp8ops.indexer_q_quant(*args)
+    torch.cuda.synchronize()
+    assert not ((q8.view(torch.uint8) & 0x7F) == 0x7F).any() and torch.isfinite(w).all()
+    good = [i for i in range(9) if i not in (3, 5)]
+    cpu_args = [a.cpu()[good] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == 9 else a for a in args]
+    cpu_args[3] = args[3].cpu()
+    cq, cw = fp8ops.indexer_q_quant(*cpu_args)
+    assert_same_bits(q8[good], cq, "in-range rows")
+    assert_same_bits(w[good], cw, "in-range weights")
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay():
+    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in make_case(64, H=64)]
+    fp8ops.indexer_q_quant(*args)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        gq, gw = fp8ops.indexer_q_quant(*args)
+    for _ in range(2):
+        fresh = make_case(64, H=64)
+        args[0].copy_(fresh[0])
+        args[4].copy_(fresh[4])
+        graph.replay()
+        torch.cuda.synchronize()
+        cq, cw = fp8ops.indexer_q_quant(*[a.cpu() if isinstance(a, torch.Tensor) else a for a in args])
+        assert_same_bits(gq, cq, "graph q")
+        assert_same_bits(gw, cw, "graph weights")
