@@ -114,9 +114,10 @@ def dequant(q: torch.Tensor, scale: torch.Tensor, group_size: int = 128, out_dty
     return y.to(out_dtype or torch.float32)
 
 
-def hadamard_matrix(n: int = 128, dtype=torch.float64) -> torch.Tensor:
-    """Sylvester-order Walsh-Hadamard matrix (unnormalized)."""
-    h = torch.ones(1, 1, dtype=dtype)
+def hadamard_matrix(n: int = 128, dtype=torch.float64, device=None) -> torch.Tensor:
+    """Sylvester-order Walsh-Hadamard matrix (unnormalized), built on `device` (so that compiled
+    code makes no host-to-device copy, which a CUDA graph capture refuses)."""
+    h = torch.ones(1, 1, dtype=dtype, device=device)
     while h.shape[0] < n:
         h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
     return h
@@ -137,7 +138,7 @@ def indexer_q_transform(
         a, b = half[..., 0::2].clone(), half[..., 1::2].clone()
         half[..., 0::2], half[..., 1::2] = a * cos - b * sin, a * sin + b * cos
     if hadamard:
-        x = x @ hadamard_matrix(128, dtype).to(x.device).t() * 128**-0.5
+        x = x @ hadamard_matrix(128, dtype, x.device).t() * 128**-0.5
     return x
 
 

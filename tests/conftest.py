@@ -8,6 +8,11 @@ import fp8ops  # noqa: F401  (loads the library and the fakes)
 HAS_CUDA = torch.cuda.is_available()
 
 
+def pytest_configure(config):
+    # Registered here as well as in pyproject.toml, for runs from outside the source tree.
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
+
+
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("FP8OPS_REQUIRE_GPU") == "1" and not HAS_CUDA:
         raise pytest.UsageError("FP8OPS_REQUIRE_GPU=1 but torch sees no CUDA device")
