@@ -487,14 +487,6 @@ def print_tables(res: dict) -> None:
                 f"{r['T']:5d} {r['G']:3d} {r['D']:5d} {r['packed']!s:>6} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
                 f"{r['compiled_ref_us']:9.2f}"
             )
-        if "einsum" in res:
-            print("\ngroup_major_quant + deep_gemm.fp8_einsum bhr,hdr->bhd, G=8 D=1024 N=512 (us per call)")
-            print(f"{'T':>5} {'native scales':>14} {'contiguous scales':>18} {'quant alone':>12}")
-            for r in res["einsum"]:
-                print(
-                    f"{r['T']:5d} {r['native_route_us']:14.2f} {r['contiguous_scales_route_us']:18.2f} "
-                    f"{r['quant_alone_us']:12.2f}"
-                )
         print("\npack_ue8m0 (us per call)")
         for r in res["pack_ue8m0"]:
             print(
@@ -503,7 +495,15 @@ def print_tables(res: dict) -> None:
             )
 
 
-def print_indexer(res: dict) -> None:
+def print_einsum_and_indexer(res: dict) -> None:
+    if "einsum" in res:
+        print("\ngroup_major_quant + deep_gemm.fp8_einsum bhr,hdr->bhd, G=8 D=1024 N=512 (us per call)")
+        print(f"{'T':>5} {'native scales':>14} {'contiguous scales':>18} {'quant alone':>12}")
+        for r in res["einsum"]:
+            print(
+                f"{r['T']:5d} {r['native_route_us']:14.2f} {r['contiguous_scales_route_us']:18.2f} "
+                f"{r['quant_alone_us']:12.2f}"
+            )
     if "indexer" not in res:
         return
     print("\nindexer_q_quant, bf16, H=64, rope_tail + interleaved + Hadamard (us per call)")
@@ -560,7 +560,7 @@ def main(argv=None) -> int:
     args.sections = set(args.sections.split(","))
     res = gpu_main(args) if torch.cuda.is_available() and not args.cpu else cpu_main(args)
     print_tables(res)
-    print_indexer(res)
+    print_einsum_and_indexer(res)
     with open(args.json, "w") as f:
         json.dump(res, f, indent=1)
     log(f"results written to {args.json}")
