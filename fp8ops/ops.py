@@ -37,7 +37,7 @@ def per_token_group_quant(
 def group_major_quant(
     x: torch.Tensor, ue8m0: bool = False, packed: bool = False, eps: float = 1e-10
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize x ``[T, G, D]`` (token and group strides arbitrary, D contiguous) per 128 elements
+    """Quantize x ``[T, G, D]`` (bf16, fp16 or fp32; token and group strides arbitrary, D contiguous) per 128 elements
     of D, writing the scales group-major, the layout of DeepGEMM's ``fp8_einsum("bhr,hdr->bhd")``.
 
     Returns q ``[T, G, D]`` e4m3 contiguous and the scale: fp32 ``[T, G, D/128]`` with strides
