@@ -9,7 +9,7 @@ HAS_CUDA = torch.cuda.is_available()
 
 
 def pytest_configure(config):
-    # Registered here as well as in pyproject.toml, for runs from outside the source tree.
+    # Registered here rather than in pyproject.toml, so that runs from outside the source tree see it.
     config.addinivalue_line("markers", "gpu: needs a CUDA device (skipped without one)")
 
 

@@ -66,3 +66,31 @@ def assert_same_bits(a: torch.Tensor, b: torch.Tensor, what=""):
     if not torch.equal(ab.cpu(), bb.cpu()):
         diff = (ab.cpu() != bb.cpu()).nonzero()
         raise AssertionError(f"{what}: {diff.shape[0]} elements differ, first at {diff[0].tolist()}")
+
+
+def assert_same_quant(q, s, want_q, want_s, what=""):
+    """q code for code, the scales value for value, and every byte of the scale storage
+    (padding included)."""
+    assert_same_bits(q, want_q, "q " + what)
+    assert_same_bits(s, want_s, "scale " + what)
+    assert torch.equal(raw_bytes(s).cpu(), raw_bytes(want_s).cpu()), "scale storage " + what
+
+
+def check_runs_on_current_stream(device: int, current: int) -> None:
+    """With `device`'s side stream held busy by a sleep, a quantization queued on it after a copy
+    into x must see the copy; had it run on another stream, it would read the old x. `current` is
+    the current device during the call (torch.cuda.stream only sets its own device's stream)."""
+    import fp8ops
+
+    old = make_input((64, 4096), torch.bfloat16, device=f"cuda:{device}")
+    new = make_input((64, 4096), torch.bfloat16, device=f"cuda:{device}")
+    x = old.clone()
+    torch.cuda.synchronize(device)
+    side = torch.cuda.Stream(device=device)
+    with torch.cuda.device(current), torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        x.copy_(new)
+        q, s = fp8ops.per_token_group_quant(x, 128, "col_tma")
+    side.synchronize()
+    cq, cs = fp8ops.per_token_group_quant(new.cpu(), 128, "col_tma")
+    assert_same_quant(q, s, cq, cs, "side stream")

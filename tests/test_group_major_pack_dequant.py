@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import DTYPES, assert_same_bits, make_input, raw_bytes
+from helpers import DTYPES, assert_same_bits, assert_same_quant, make_input, raw_bytes
 
 import fp8ops
 from fp8ops import _layout
@@ -49,9 +49,7 @@ def check_group_major(x, ue8m0=False, packed=False, eps=1e-10):
     q, s = fp8ops.group_major_quant(x, ue8m0, packed, eps)
     rq, rs = ref.group_major_quant(x.cpu(), ue8m0, packed, eps)
     what = f"{tuple(x.shape)} {x.stride()} {x.dtype} ue8m0={ue8m0} packed={packed}"
-    assert_same_bits(q, rq, "q " + what)
-    assert_same_bits(s, rs, "scale " + what)
-    assert torch.equal(raw_bytes(s).cpu(), raw_bytes(rs)), "scale storage " + what
+    assert_same_quant(q, s, rq, rs, what)
     return q, s
 
 
@@ -209,9 +207,8 @@ def test_group_major_cuda_bit_identical(dtype):
         x = strided_tgd(T, G, D, dtype, device="cuda", nonfinite=T == 37)
         q, s = fp8ops.group_major_quant(x, ue8m0, packed)
         cq, cs = fp8ops.group_major_quant(x.cpu(), ue8m0, packed)
-        assert_same_bits(q, cq, f"q {T} {G} {D}")
         assert s.stride() == cs.stride()
-        assert torch.equal(raw_bytes(s).cpu(), raw_bytes(cs)), f"scale {T} {G} {D} {packed}"
+        assert_same_quant(q, s, cq, cs, f"{T} {G} {D} ue8m0={ue8m0} packed={packed}")
 
 
 @pytest.mark.gpu
@@ -243,5 +240,4 @@ def test_group_major_cuda_graph():
         g.replay()
         torch.cuda.synchronize()
         cq, cs = fp8ops.group_major_quant(x.cpu(), packed=True)
-        assert_same_bits(gq, cq, "graph q")
-        assert torch.equal(raw_bytes(gs).cpu(), raw_bytes(cs))
+        assert_same_quant(gq, gs, cq, cs, "graph")

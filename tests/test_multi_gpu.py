@@ -3,7 +3,7 @@ them without switching devices). Needs two GPUs; skipped, by name, with fewer.""
 
 import pytest
 import torch
-from helpers import assert_same_bits, make_input, raw_bytes
+from helpers import assert_same_quant, check_runs_on_current_stream, make_input, raw_bytes
 
 import fp8ops
 
@@ -48,20 +48,7 @@ def test_ops_run_on_the_input_device(current, target):
 
 @pytest.mark.parametrize("current, target", ((0, 1), (1, 0)))
 def test_launches_on_the_input_devices_current_stream(current, target):
-    old = make_input((64, 4096), torch.bfloat16, device=f"cuda:{target}")
-    new = make_input((64, 4096), torch.bfloat16, device=f"cuda:{target}")
-    x = old.clone()
-    torch.cuda.synchronize(target)
-    side = torch.cuda.Stream(device=target)
-    with torch.cuda.device(current), torch.cuda.stream(side):
-        # torch.cuda.stream(side) makes side current on its own device only.
-        torch.cuda._sleep(50_000_000)
-        x.copy_(new)
-        q, s = fp8ops.per_token_group_quant(x, 128, "col_tma")
-    side.synchronize()
-    cq, cs = fp8ops.per_token_group_quant(new.cpu(), 128, "col_tma")
-    assert_same_bits(q, cq, "q")
-    assert torch.equal(s.cpu(), cs)
+    check_runs_on_current_stream(device=target, current=current)
 
 
 @pytest.mark.parametrize("device", (0, 1))
@@ -78,8 +65,7 @@ def test_graphs_on_each_device(device):
         graph.replay()
         torch.cuda.synchronize(device)
         cq, cs = fp8ops.per_token_group_quant(x.cpu(), 128, "col_tma_packed", pad_rows_to=4)
-        assert_same_bits(gq, cq, "graph q")
-        assert torch.equal(raw_bytes(gs).cpu(), raw_bytes(cs))
+        assert_same_quant(gq, gs, cq, cs, "graph")
 
 
 def test_inputs_on_two_devices_raise():

@@ -6,7 +6,16 @@ import itertools
 
 import pytest
 import torch
-from helpers import DTYPES, assert_same_bits, make_input, misaligned, raw_bytes, strided_rows
+from helpers import (
+    DTYPES,
+    assert_same_bits,
+    assert_same_quant,
+    check_runs_on_current_stream,
+    make_input,
+    misaligned,
+    raw_bytes,
+    strided_rows,
+)
 
 import fp8ops
 from fp8ops import _layout
@@ -34,10 +43,7 @@ def check_against_reference(x, group_size=128, scale_layout="row", ue8m0=False, 
     q, s = fp8ops.per_token_group_quant(x, group_size, scale_layout, ue8m0, pad_rows_to, eps)
     rq, rs = ref.per_token_group_quant(x.cpu(), group_size, scale_layout, ue8m0, pad_rows_to, eps)
     what = f"{tuple(x.shape)} {x.dtype} gs={group_size} {scale_layout} ue8m0={ue8m0} pad={pad_rows_to} eps={eps}"
-    assert_same_bits(q, rq, "q " + what)
-    assert_same_bits(s, rs, "scale " + what)
-    # Every byte of the scale storage, padding included.
-    assert torch.equal(raw_bytes(s).cpu(), raw_bytes(rs)), "scale storage " + what
+    assert_same_quant(q, s, rq, rs, what)
     return q, s
 
 
@@ -215,8 +221,7 @@ def cuda_equals_cpu(x, *args):
     what = f"{tuple(x.shape)} {x.dtype} {args}"
     assert q.is_cuda and s.is_cuda and q.device == x.device
     assert (s.shape, s.stride(), s.dtype) == (cs.shape, cs.stride(), cs.dtype), what
-    assert_same_bits(q, cq, "q " + what)
-    assert torch.equal(raw_bytes(s).cpu(), raw_bytes(cs)), "scale storage " + what
+    assert_same_quant(q, s, cq, cs, what)
 
 
 @pytest.mark.gpu
@@ -257,10 +262,7 @@ def test_cuda_more_than_2_31_elements(layout):
     xr = x[rows.cuda()].cpu()
     rq, rs = ref.per_token_group_quant(xr, 128, layout)
     assert_same_bits(q[rows.cuda()], rq, "q spot rows")
-    if layout == "col_tma_packed":
-        assert torch.equal(s[rows.cuda()].cpu(), rs)
-    else:
-        assert torch.equal(s[rows.cuda()].cpu(), rs)
+    assert torch.equal(s[rows.cuda()].cpu(), rs)
     Mp = q.shape[0]
     assert Mp == -(-M // 4) * 4 and not q[M:].view(torch.uint8).any() and not s[M:].any()
     del x, q, s
@@ -289,8 +291,7 @@ def test_cuda_padding_written_over_poison(layout):
         x = make_input((M, 7 * gs), torch.bfloat16, device="cuda")
         q, s = poisoned_call(x, gs, layout, False, pad, 1e-10)
         cq, cs = fp8ops.per_token_group_quant(x.cpu(), gs, layout, False, pad, 1e-10)
-        assert_same_bits(q, cq, "q")
-        assert torch.equal(raw_bytes(s).cpu(), raw_bytes(cs)), "scale storage over poison"
+        assert_same_quant(q, s, cq, cs, "over poison")
 
 
 @pytest.mark.gpu
@@ -311,8 +312,7 @@ def test_cuda_graph_replay_with_new_data(layout):
         g.replay()
         torch.cuda.synchronize()
         cq, cs = fp8ops.per_token_group_quant(x.cpu(), 128, layout, pad_rows_to=4)
-        assert_same_bits(gq, cq, "graph q")
-        assert torch.equal(raw_bytes(gs).cpu(), raw_bytes(cs))
+        assert_same_quant(gq, gs, cq, cs, "graph")
 
 
 @pytest.mark.gpu
@@ -335,21 +335,7 @@ def test_cuda_compile_reduce_overhead(layout):
 
 @pytest.mark.gpu
 def test_cuda_runs_on_current_stream():
-    """On a side stream held busy by a sleep, the op must run after the copy queued before it on
-    that stream; had it run on another stream, it would read the old input."""
-    old = make_input((64, 4096), torch.bfloat16, device="cuda")
-    new = make_input((64, 4096), torch.bfloat16, device="cuda")
-    x = old.clone()
-    torch.cuda.synchronize()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(50_000_000)
-        x.copy_(new)
-        q, s = fp8ops.per_token_group_quant(x, 128, "col_tma")
-    side.synchronize()
-    cq, cs = fp8ops.per_token_group_quant(new.cpu(), 128, "col_tma")
-    assert_same_bits(q, cq, "side-stream q")
-    assert torch.equal(s.cpu(), cs)
+    check_runs_on_current_stream(device=0, current=0)
 
 
 @pytest.mark.gpu
