@@ -11,6 +11,12 @@
 #include <string>
 #include <vector>
 
+// torch 2.11's stable headers have only the header-only TORCH_ERROR_CODE_CHECK; later releases add
+// this variant, which also carries torch's error message. Both throw on a failed shim call.
+#ifndef STABLE_TORCH_ERROR_CODE_CHECK
+#define STABLE_TORCH_ERROR_CODE_CHECK(call) TORCH_ERROR_CODE_CHECK(call)
+#endif
+
 namespace fp8ops {
 
 using torch::stable::Tensor;
