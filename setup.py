@@ -5,6 +5,8 @@ Environment:
                          above the real path of the nvcc on PATH)
   TORCH_CUDA_ARCH_LIST   GPU targets, e.g. "9.0a;10.0a" (the default)
   MAX_JOBS               parallel compile jobs (ninja)
+  FP8OPS_TUNING=1        a benchmarking build: launch shapes can be forced through FP8OPS_TUNE_*
+                         variables (see include/fp8ops/group_quant.cuh and indexer.cuh)
 """
 
 import glob
@@ -63,6 +65,8 @@ def _extension():
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
         "-DUSE_CUDA",
     ]
+    if os.environ.get("FP8OPS_TUNING") == "1":
+        defines.append("-DFP8OPS_TUNING")
     cxx = ["-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden", *defines]
     nvcc = [
         "-O3",

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import DTYPES, assert_same_bits, assert_same_quant, make_input, raw_bytes
+from helpers import DTYPES, assert_same_bits, assert_same_quant, make_input, poisoned_call, raw_bytes
 
 import fp8ops
 from fp8ops import _layout
@@ -209,6 +209,17 @@ def test_group_major_cuda_bit_identical(dtype):
         cq, cs = fp8ops.group_major_quant(x.cpu(), ue8m0, packed)
         assert s.stride() == cs.stride()
         assert_same_quant(q, s, cq, cs, f"{T} {G} {D} ue8m0={ue8m0} packed={packed}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("packed", (False, True))
+def test_group_major_cuda_padding_written_over_poison(packed):
+    # T = 4097: token padding rows in the scales; large enough for the multi-row kernel.
+    for T, G, D in ((1, 8, 512), (37, 8, 1024), (4097, 16, 512)):
+        x = strided_tgd(T, G, D, torch.bfloat16, device="cuda")
+        q, s = poisoned_call(fp8ops.group_major_quant, x, False, packed)
+        cq, cs = fp8ops.group_major_quant(x.cpu(), False, packed)
+        assert_same_quant(q, s, cq, cs, f"over poison {T} {G} {D} packed={packed}")
 
 
 @pytest.mark.gpu

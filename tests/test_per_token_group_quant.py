@@ -13,6 +13,7 @@ from helpers import (
     check_runs_on_current_stream,
     make_input,
     misaligned,
+    poisoned_call,
     raw_bytes,
     strided_rows,
 )
@@ -269,27 +270,14 @@ def test_cuda_more_than_2_31_elements(layout):
     torch.cuda.empty_cache()
 
 
-def poisoned_call(x, *args):
-    """Fill blocks of the outputs' sizes with 0xFF, free them, then call, so that the caching
-    allocator hands the poisoned blocks to the op; checks that it did."""
-    q_meta, s_meta = fp8ops.per_token_group_quant(x.to("meta"), *args)
-    sizes = (q_meta.numel(), s_meta.untyped_storage().nbytes())
-    torch.cuda.synchronize()
-    torch.cuda.empty_cache()
-    blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device=x.device) for n in sizes]
-    ptrs = {b.data_ptr() for b in blocks}
-    del blocks
-    q, s = fp8ops.per_token_group_quant(x, *args)
-    assert {q.data_ptr(), s.data_ptr()} <= ptrs, "the outputs did not reuse the poisoned blocks"
-    return q, s
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_padding_written_over_poison(layout):
-    for M, pad, gs in ((1, 1, 128), (5, 8, 64), (17, 4, 32), (130, 16, 128)):
+    # The last two are large enough for the multi-row kernel (with scale-only padding rows when
+    # pad == 1 and M % 4 != 0 in the col_tma layouts).
+    for M, pad, gs in ((1, 1, 128), (5, 8, 64), (17, 4, 32), (130, 16, 128), (16387, 1, 128), (16387, 4, 128)):
         x = make_input((M, 7 * gs), torch.bfloat16, device="cuda")
-        q, s = poisoned_call(x, gs, layout, False, pad, 1e-10)
+        q, s = poisoned_call(fp8ops.per_token_group_quant, x, gs, layout, False, pad, 1e-10)
         cq, cs = fp8ops.per_token_group_quant(x.cpu(), gs, layout, False, pad, 1e-10)
         assert_same_quant(q, s, cq, cs, "over poison")
 

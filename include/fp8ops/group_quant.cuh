@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "fp8ops/fast_divmod.cuh"
@@ -94,24 +95,48 @@ __device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint3
   }
 }
 
-// The 2-D work grid: blockDim.x threads walk 16-byte chunks of a row (whole groups, since
-// blockDim.x is a multiple of kLanes), blockDim.y rows are in flight per block, and the grid
-// strides over rows kUnroll at a time. Column-side offsets are computed once per thread; a row
-// costs a few integer operations, with no division unless G > 1.
 // Bytes of x per thread and row: two 16-byte loads.
 constexpr int kThreadBytes = 32;
 
+// One 16-byte load of x. With kStream, a non-coherent load that skips L1 (x is read once and is
+// not written while the kernel runs).
+template <bool kStream>
+__device__ __forceinline__ uint4 load16(const void* ptr) {
+  if constexpr (kStream) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
+    return v;
+  } else {
+    return *reinterpret_cast<const uint4*>(ptr);
+  }
+}
+
+// How the rows of the work grid map to (t, g), and to a thread's kUnroll rows:
+//  - kMnVec == false: row r = t * G + g over the T_q * G rows of q; a thread's rows are
+//    row_step apart. Scale rows past T_q (TMA padding) are zeroed by the last q row.
+//  - kMnVec == true (scales MN-major: s_stride_t == 1, and 4-word aligned strides): row
+//    r = g * T_s + t over the G * T_s rows of the scale tensor, and a thread's kUnroll rows are
+//    consecutive t of one g, so their scales are kUnroll consecutive words that one vector store
+//    writes. Rows t >= T_q write scales only.
+struct RowMap {
+  uint32_t t, g;
+};
+
 // The 2-D work grid: blockDim.x threads walk 32-byte chunks of a row (whole groups, since
-// blockDim.x is a multiple of kLanes), blockDim.y rows are in flight per block, and the grid
-// strides over rows kUnroll at a time. Column-side offsets are computed once per thread; a row
-// costs a few integer operations, with no division unless G > 1.
-template <typename T, int kGroupSize, bool kVec16, int kUnroll>
+// blockDim.x is a multiple of kLanes), blockDim.y row slots are in flight per block, and the grid
+// strides over rows. Column-side offsets are computed once per thread; a row costs a few integer
+// operations, and one multiply-shift division unless G == 1.
+template <typename T, int kGroupSize, bool kVec16, int kUnroll, bool kMnVec, bool kStream>
 __global__ void __launch_bounds__(kGroupQuantThreads, 3)
-    group_quant_kernel(const GroupQuantParams p, const FastDivmod div_g, const uint32_t rows, const bool gather_words) {
+    group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
+                       const bool gather_words) {
   constexpr int kVec = kThreadBytes / sizeof(T);  // elements per thread and row
   constexpr int kHalf = kVec / 2;                 // elements per 16-byte load
   constexpr int kLanes = kGroupSize / kVec;
   static_assert(kLanes >= 1 && kLanes <= 32 && (32 % kLanes) == 0, "a group must tile a warp");
+  static_assert(!kMnVec || kUnroll == 2 || kUnroll == 4, "vector scale stores need 2 or 4 rows");
 
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool col_valid = chunk * kVec < p.D;
@@ -119,34 +144,52 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
   const int32_t s = static_cast<int32_t>(chunk / kLanes);
   const int64_t col = chunk * kVec;  // element column, in x and in q
   const int64_t scale_col = (p.packed ? s >> 2 : s) * p.s_stride_s;
-  const uint32_t row_step = gridDim.y * blockDim.y;
+  const uint32_t slot_step = gridDim.y * blockDim.y;
   const T* __restrict__ x = static_cast<const T*>(p.x);
   wait_for_prior_grid();
   allow_next_grid();
 
-  // NOTES: the loop bound is the block's first row, the same for every lane of a warp, so all
+  // NOTES: the loop bound is the block's first slot, the same for every lane of a warp, so all
   // lanes make the same trips and the full-warp shuffles stay converged.
-  for (uint32_t base = blockIdx.y * blockDim.y; base < rows; base += row_step * kUnroll) {
+  // A slot is one row (kMnVec == false: a thread's rows are slot_step apart) or kUnroll
+  // consecutive rows (kMnVec == true); either way a block's rows advance by slot_step * kUnroll.
+  for (uint32_t base = blockIdx.y * blockDim.y * (kMnVec ? kUnroll : 1); base < rows; base += slot_step * kUnroll) {
     uint4 raw[kUnroll][2];
-    uint32_t r[kUnroll], t[kUnroll], g[kUnroll];
+    RowMap rm[kUnroll];
+    bool live[kUnroll];  // the row exists in the work grid
+    bool data[kUnroll];  // the row holds x data (t < T)
+    if constexpr (kMnVec) {
+      const uint32_t r0 = base + threadIdx.y * kUnroll;
+      const uint32_t g0 = div_rows.div(r0);
+      const uint32_t t0 = r0 - g0 * div_rows.divisor;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) rm[u] = {t0 + u, g0};
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) live[u] = r0 < rows;
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint32_t r = base + threadIdx.y + u * slot_step;
+        const uint32_t t = div_rows.div(r);
+        rm[u] = {t, r - t * div_rows.divisor};
+        live[u] = r < rows;
+      }
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      r[u] = base + threadIdx.y + u * row_step;
-      t[u] = div_g.div(r[u]);
-      g[u] = r[u] - t[u] * div_g.divisor;
-      const bool data = col_valid && r[u] < rows && t[u] < p.T;
-      const T* src = x + t[u] * p.x_stride_t + g[u] * p.x_stride_g + col;
+      data[u] = col_valid && live[u] && rm[u].t < p.T;
+      const T* src = x + rm[u].t * p.x_stride_t + rm[u].g * p.x_stride_g + col;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if constexpr (kVec16) {
-          raw[u][h] = data ? *reinterpret_cast<const uint4*>(src + h * kHalf) : make_uint4(0, 0, 0, 0);
+          raw[u][h] = data[u] ? load16<kStream>(src + h * kHalf) : make_uint4(0, 0, 0, 0);
         } else {
           union {
             uint4 u4;
             T e[kHalf];
           } pack;
 #pragma unroll
-          for (int i = 0; i < kHalf; ++i) pack.e[i] = data ? src[h * kHalf + i] : T{};
+          for (int i = 0; i < kHalf; ++i) pack.e[i] = data[u] ? src[h * kHalf + i] : T{};
           raw[u][h] = pack.u4;
         }
       }
@@ -164,7 +207,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
       // byte stores from four groups. Groups past S and rows past T contribute 0.
       packed_word[u] = 0;
       if (gather_words) {
-        uint32_t e = col_valid && r[u] < rows && t[u] < p.T ? ue8m0_exponent(scale[u]) : 0u;
+        uint32_t e = data[u] ? ue8m0_exponent(scale[u]) : 0u;
 #pragma unroll
         for (int j = 1; j < 4; ++j) {
           const uint32_t ej = __shfl_down_sync(0xFFFFFFFFu, e, j * kLanes);
@@ -176,42 +219,60 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      if (!col_valid || r[u] >= rows) continue;
-      const bool data = t[u] < p.T;
-      // Rows below rows = T_q * G always exist in q: data rows, then zero padding rows.
+      // Rows below T_q always exist in q: data rows, then zero padding rows.
+      if (!col_valid || !live[u] || (kMnVec && rm[u].t >= p.T_q)) continue;
       const float rcp = __frcp_rn(scale[u]);
       uint32_t codes[2][sizeof(T) == 4 ? 1 : 2];
       quantize16<T>(raw[u][0], rcp, codes[0]);
       quantize16<T>(raw[u][1], rcp, codes[1]);
-      uint8_t* dst = p.q + static_cast<int64_t>(r[u]) * p.D + col;
+      uint8_t* dst = p.q + (static_cast<int64_t>(rm[u].t) * p.G + rm[u].g) * p.D + col;
       if constexpr (sizeof(T) == 4) {
         *reinterpret_cast<uint2*>(dst) = make_uint2(codes[0][0], codes[1][0]);
       } else {
         *reinterpret_cast<uint4*>(dst) = make_uint4(codes[0][0], codes[0][1], codes[1][0], codes[1][1]);
       }
-      if (lane != 0) continue;
-      const int64_t row_word = t[u] * p.s_stride_t + g[u] * p.s_stride_g;
-      if (!p.packed) {
-        static_cast<float*>(p.scale)[row_word + scale_col] = data ? scale[u] : 0.0f;
-      } else if (gather_words) {
-        if ((s & 3) == 0) static_cast<int32_t*>(p.scale)[row_word + scale_col] = static_cast<int32_t>(packed_word[u]);
+    }
+
+    if (lane != 0 || !col_valid) continue;
+    if constexpr (kMnVec) {
+      // kUnroll consecutive scale words of one (g, s), written by one vector store.
+      if (!live[0] || (p.packed && (s & 3) != 0)) continue;
+      uint32_t w[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) w[u] = p.packed ? packed_word[u] : (data[u] ? float_bits(scale[u]) : 0u);
+      uint32_t* dst = static_cast<uint32_t*>(p.scale) + rm[0].g * p.s_stride_g + rm[0].t + scale_col;
+      if constexpr (kUnroll == 4) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
-        uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(p.scale) + row_word + scale_col);
-        bytes[s & 3] = data ? static_cast<uint8_t>(ue8m0_exponent(scale[u])) : 0;
-        // NOTES: the last group also zeroes the unused bytes of its word (groups >= S).
-        if (s == p.S - 1) {
-          for (int j = (s & 3) + 1; j < 4; ++j) bytes[j] = 0;
-        }
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
       }
-      // NOTES: scale rows past q's rows (TMA alignment, at most 3) get no work items of their own:
-      // the last q row zeroes them, so that M = 1 costs 1 row of threads and not 4.
-      if (t[u] == p.T_q - 1) {
-        for (int64_t tp = p.T_q; tp < p.T_s; ++tp) {
-          const int64_t pad_word = tp * p.s_stride_t + g[u] * p.s_stride_g + scale_col;
-          if (!p.packed) {
-            static_cast<float*>(p.scale)[pad_word] = 0.0f;
-          } else if ((s & 3) == 0) {
-            static_cast<int32_t*>(p.scale)[pad_word] = 0;
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (!live[u]) continue;
+        const int64_t row_word = rm[u].t * p.s_stride_t + rm[u].g * p.s_stride_g;
+        if (!p.packed) {
+          static_cast<float*>(p.scale)[row_word + scale_col] = data[u] ? scale[u] : 0.0f;
+        } else if (gather_words) {
+          if ((s & 3) == 0) static_cast<int32_t*>(p.scale)[row_word + scale_col] = static_cast<int32_t>(packed_word[u]);
+        } else {
+          uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(p.scale) + row_word + scale_col);
+          bytes[s & 3] = data[u] ? static_cast<uint8_t>(ue8m0_exponent(scale[u])) : 0;
+          // NOTES: the last group also zeroes the unused bytes of its word (groups >= S).
+          if (s == p.S - 1) {
+            for (int j = (s & 3) + 1; j < 4; ++j) bytes[j] = 0;
+          }
+        }
+        // NOTES: scale rows past q's rows (TMA alignment, at most 3) get no work items of their
+        // own here: the last q row zeroes them, so that M = 1 costs 1 row of threads and not 4.
+        if (rm[u].t == p.T_q - 1) {
+          for (int64_t tp = p.T_q; tp < p.T_s; ++tp) {
+            const int64_t pad_word = tp * p.s_stride_t + rm[u].g * p.s_stride_g + scale_col;
+            if (!p.packed) {
+              static_cast<float*>(p.scale)[pad_word] = 0.0f;
+            } else if ((s & 3) == 0) {
+              static_cast<int32_t*>(p.scale)[pad_word] = 0;
+            }
           }
         }
       }
@@ -219,54 +280,137 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
   }
 }
 
+// Launch configuration of the group quantization kernel.
+struct GroupQuantConfig {
+  int unroll = 0;                    // rows per thread: 1, 2 or 4; 0 chooses by size
+  int mn_vec = -1;                   // vector scale stores when the layout allows: 0, 1; -1 chooses
+  int stream = -1;                   // streaming loads: 0, 1; -1 chooses
+  int threads = kGroupQuantThreads;  // per block, at most kGroupQuantThreads
+  int small_threads = 128;           // per block when the grid is small (one row per thread)
+  int wave_blocks = 6;               // resident blocks per SM assumed when counting waves
+  int unroll_waves = 4;              // waves from which rows are unrolled
+};
+
+#if defined(FP8OPS_TUNING)
+// Benchmarking builds only: the configuration can be forced through the environment
+// (FP8OPS_TUNE_UNROLL, FP8OPS_TUNE_MNVEC, FP8OPS_TUNE_STREAM, FP8OPS_TUNE_WAVES,
+// FP8OPS_TUNE_THREADS, FP8OPS_TUNE_SMALL_THREADS), read once.
+inline GroupQuantConfig tuned_config() {
+  static const GroupQuantConfig c = [] {
+    GroupQuantConfig c;
+    auto get = [](const char* name, int dflt) {
+      const char* v = std::getenv(name);
+      return v ? std::atoi(v) : dflt;
+    };
+    c.unroll = get("FP8OPS_TUNE_UNROLL", c.unroll);
+    c.mn_vec = get("FP8OPS_TUNE_MNVEC", c.mn_vec);
+    c.stream = get("FP8OPS_TUNE_STREAM", c.stream);
+    c.unroll_waves = get("FP8OPS_TUNE_WAVES", c.unroll_waves);
+    c.threads = std::min(get("FP8OPS_TUNE_THREADS", c.threads), kGroupQuantThreads);
+    c.small_threads = std::min(get("FP8OPS_TUNE_SMALL_THREADS", c.small_threads), kGroupQuantThreads);
+    return c;
+  }();
+  return c;
+}
+#else
+inline GroupQuantConfig tuned_config() { return GroupQuantConfig{}; }
+#endif
+
+#if defined(FP8OPS_TUNING)
+constexpr bool kTuningBuild = true;
+#else
+constexpr bool kTuningBuild = false;
+#endif
+
+template <typename T, int kGroupSize, bool kVec16, int kUnroll, bool kMnVec>
+cudaError_t launch_group_quant_kernel(bool stream_loads, dim3 grid, dim3 block, cudaStream_t stream,
+                                      const GroupQuantParams& p, const FastDivmod& div, uint32_t rows,
+                                      bool gather_words) {
+  if constexpr (kTuningBuild) {
+    if (stream_loads) {
+      return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMnVec, true>, grid, block, stream, p,
+                             div, rows, gather_words);
+    }
+  }
+  return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMnVec, false>, grid, block, stream, p, div,
+                         rows, gather_words);
+}
+
 // Block shape and unroll for the 2-D grid: blockDim.x the largest power of two (<= 256) that
 // divides the row's chunk count, so no lane idles, unless that is under a warp; blockDim.y fills
-// the block up to 256 threads but not past the row count. Four rows per thread once the grid
-// would span several full waves, so that large inputs keep 128 bytes in flight per thread.
+// the block up to 256 threads but not past the row count. Several rows per thread once the grid
+// would span several full waves, so that large inputs keep more bytes in flight per thread.
 template <typename T, int kGroupSize, bool kVec16>
-cudaError_t launch_group_quant_impl(const GroupQuantParams& p, uint32_t rows, int sm_count, cudaStream_t stream) {
+cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cudaStream_t stream) {
   constexpr int kVec = kThreadBytes / sizeof(T);
   constexpr uint32_t kLanes = kGroupSize / kVec;
+  const GroupQuantConfig cfg = tuned_config();
+  const uint32_t q_rows = static_cast<uint32_t>(p.T_q * p.G);
   const uint32_t chunks = static_cast<uint32_t>(p.D / kVec);
-  uint32_t bx = 1;
-  while (bx < 256 && chunks % (2 * bx) == 0) bx *= 2;
-  if (bx < 32) {
+  uint32_t bx = 1, by = 1;
+  auto shape_block = [&](uint32_t threads) {
     bx = 1;
-    while (bx < 256 && bx < chunks) bx *= 2;
-  }
-  uint32_t by = 1;
-  while (bx * by < kGroupQuantThreads && by < rows) by *= 2;
+    while (bx < threads && chunks % (2 * bx) == 0) bx *= 2;
+    if (bx < 32) {
+      bx = 1;
+      while (bx < threads && bx < chunks) bx *= 2;
+    }
+    by = 1;
+    while (bx * by < threads && by < q_rows) by *= 2;
+  };
+  shape_block(static_cast<uint32_t>(cfg.threads));
+  const uint32_t wave = static_cast<uint32_t>(sm_count) * cfg.wave_blocks;
+  // NOTES: measured on the H200 (docs/PERF.md, launch-shape sweep): one row per thread, in blocks
+  // of 128 threads, until the grid of 256-thread blocks spans several waves; then 2 rows per thread
+  // with MN-major vector scale stores, or 4 rows otherwise.
+  const bool auto_unroll = cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4;
+  const uint64_t blocks = static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
+  const bool small = blocks < static_cast<uint64_t>(cfg.unroll_waves) * wave;
+  if (auto_unroll && small && cfg.small_threads > 0) shape_block(static_cast<uint32_t>(cfg.small_threads));
   const uint32_t grid_x = (chunks + bx - 1) / bx;
-  const uint32_t row_blocks = (rows + by - 1) / by;
-  const uint32_t wave = static_cast<uint32_t>(sm_count) * 6;
-  const bool unroll = static_cast<uint64_t>(grid_x) * row_blocks >= 4ull * wave;
-  const uint32_t grid_y = std::min<uint32_t>(unroll ? (row_blocks + 3) / 4 : row_blocks, 65535u);
   // A packed word's four groups sit in one warp and one row when the row tile holds whole words.
   const bool gather_words = p.packed && 4 * kLanes <= 32 && bx % (4 * kLanes) == 0;
-  const FastDivmod div_g(static_cast<uint32_t>(p.G));
+  // Vector scale stores: MN-major scales whose rows come in whole vectors at aligned offsets.
+  const bool mn_layout = p.s_stride_t == 1 && p.T_s % 4 == 0 && p.s_stride_s % 4 == 0 && p.s_stride_g % 4 == 0 &&
+                         reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 && (!p.packed || gather_words);
+  int unroll = !auto_unroll ? cfg.unroll : small ? 1 : mn_layout && cfg.mn_vec != 0 ? 2 : 4;
+  const bool mn_vec = unroll > 1 && mn_layout && cfg.mn_vec != 0;
+  // Shapes instantiated everywhere: 1 row; 2 rows with vector scale stores; 4 rows. The others
+  // exist in benchmarking builds only.
+  if (!kTuningBuild && unroll > 1) unroll = mn_vec ? 2 : 4;
+  const bool stream_loads = kTuningBuild && cfg.stream == 1;
+  const uint32_t rows = mn_vec ? static_cast<uint32_t>(p.T_s * p.G) : q_rows;
+  const uint32_t rows_per_block = by * unroll;
+  const uint32_t grid_y = std::min<uint32_t>((rows + rows_per_block - 1) / rows_per_block, 65535u);
+  const FastDivmod div(static_cast<uint32_t>(mn_vec ? p.T_s : p.G));
   const dim3 grid(grid_x, grid_y), block(bx, by);
-  return unroll ? launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, 4>, grid, block, stream, p, div_g, rows,
-                                  gather_words)
-                : launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, 1>, grid, block, stream, p, div_g, rows,
-                                  gather_words);
+#define FP8OPS_LAUNCH(U, MN) \
+  launch_group_quant_kernel<T, kGroupSize, kVec16, U, MN>(stream_loads, grid, block, stream, p, div, rows, gather_words)
+  if (unroll == 1) return FP8OPS_LAUNCH(1, false);
+  if (mn_vec && unroll == 2) return FP8OPS_LAUNCH(2, true);
+  if constexpr (kTuningBuild) {
+    if (mn_vec) return FP8OPS_LAUNCH(4, true);
+    if (unroll == 2) return FP8OPS_LAUNCH(2, false);
+  }
+  return FP8OPS_LAUNCH(4, false);
+#undef FP8OPS_LAUNCH
 }
 
 // Launches the quantization of p on stream. Returns cudaErrorInvalidValue for an unsupported
 // group size or a problem whose row count does not fit the 31-bit index.
 template <typename T>
 cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStream_t stream) {
-  const int64_t rows64 = p.T_q * p.G;  // q rows; the scale-only padding rows ride along
-  if (rows64 == 0 || p.S == 0) return cudaSuccess;
-  if (rows64 >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
-  const uint32_t rows = static_cast<uint32_t>(rows64);
+  if (p.T_q * p.G == 0 || p.S == 0) return cudaSuccess;
+  // Rows (of q, or of the padded scales) index with 31 bits.
+  if (p.T_s * p.G >= (int64_t(1) << 31) || p.T_q * p.G >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
   // 16-byte loads need a 16-byte aligned base and row strides; chunk offsets are multiples of
   // 16 bytes (32 bytes per thread, group sizes of at least 32 elements).
   const bool vec16 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride_t * int64_t(sizeof(T))) % 16 == 0 &&
                      (p.x_stride_g * int64_t(sizeof(T))) % 16 == 0;
-#define FP8OPS_GROUP_CASE(GS)                                                      \
-  case GS:                                                                         \
-    return vec16 ? launch_group_quant_impl<T, GS, true>(p, rows, sm_count, stream) \
-                 : launch_group_quant_impl<T, GS, false>(p, rows, sm_count, stream);
+#define FP8OPS_GROUP_CASE(GS)                                                \
+  case GS:                                                                   \
+    return vec16 ? launch_group_quant_impl<T, GS, true>(p, sm_count, stream) \
+                 : launch_group_quant_impl<T, GS, false>(p, sm_count, stream);
   switch (p.group_size) {
     FP8OPS_GROUP_CASE(32)
     FP8OPS_GROUP_CASE(64)

@@ -1,0 +1,192 @@
+"""Launch-shape sweep for the kernels, on a GPU, with a benchmarking build of fp8ops.
+
+    FP8OPS_TUNING=1 python setup.py build_ext --build-lib .tune -q   # the library that obeys FP8OPS_TUNE_*
+    PYTHONPATH=.tune python ci/tune_sweep.py --json $OUT/tune.json
+
+Each configuration runs in its own process (the library reads FP8OPS_TUNE_* once), which times a
+fixed list of shapes the way the benchmark does (20 calls per CUDA graph, replay median, inputs
+rotated past L2) and prints one JSON line per shape. The parent prints a table per kernel with
+one column per configuration. Used to choose the defaults in group_quant.cuh and indexer.cuh; the
+benchmark (python -m fp8ops.bench) measures the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+# uN: N rows per thread; mn: MN-major scales written by vector stores; ld: non-coherent loads that
+# skip L1; tN: N threads per block (default 256; auto uses 128 for one-row grids, auto-t256 does not).
+GROUP_CONFIGS = {
+    "auto": {},
+    "u1": {"FP8OPS_TUNE_UNROLL": "1"},
+    "auto-t256": {"FP8OPS_TUNE_SMALL_THREADS": "256"},
+    "u1-t128": {"FP8OPS_TUNE_UNROLL": "1", "FP8OPS_TUNE_THREADS": "128"},
+    "u2": {"FP8OPS_TUNE_UNROLL": "2", "FP8OPS_TUNE_MNVEC": "0"},
+    "u2mn": {"FP8OPS_TUNE_UNROLL": "2", "FP8OPS_TUNE_MNVEC": "1"},
+    "u2mn-t128": {"FP8OPS_TUNE_UNROLL": "2", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_THREADS": "128"},
+    "u4": {"FP8OPS_TUNE_UNROLL": "4", "FP8OPS_TUNE_MNVEC": "0"},
+    "u4mn": {"FP8OPS_TUNE_UNROLL": "4", "FP8OPS_TUNE_MNVEC": "1"},
+    "u4mn-t128": {"FP8OPS_TUNE_UNROLL": "4", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_THREADS": "128"},
+    "u2mn+ld": {"FP8OPS_TUNE_UNROLL": "2", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_STREAM": "1"},
+}
+# wN: N warps per block; rN: N groups of four (token, head) items per warp.
+INDEXER_CONFIGS = {
+    f"w{w}r{r}": {"FP8OPS_TUNE_IDX_WARPS": str(w), "FP8OPS_TUNE_IDX_ROUNDS": str(r)}
+    for w, r in ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (2, 4))
+}
+
+PER_TOKEN = [  # (M, K, layout)
+    *[(M, 7168, layout) for M in (1, 4, 16) for layout in ("row", "col_tma", "col_tma_packed")],
+    (128, 7168, "col_tma"),
+    (512, 7168, "col_tma"),
+    (2048, 2048, "col_tma"),
+    (2048, 7168, "col_tma"),
+    (2048, 16384, "col_tma"),
+    (8192, 2048, "col_tma"),
+    (8192, 7168, "col_tma"),
+    (8192, 7168, "row"),
+    (32768, 7168, "col_tma"),
+    (32768, 7168, "row"),
+    (32768, 7168, "col_tma_packed"),
+]
+GROUP_MAJOR = [  # (T, G, D, packed)
+    (1, 8, 4096, False),
+    (1, 8, 4096, True),
+    (8, 16, 4096, True),
+    (512, 16, 4096, False),
+    (4096, 8, 4096, False),
+    (4096, 16, 4096, False),
+    (4096, 16, 4096, True),
+]
+INDEXER_B = (1, 8, 64, 256, 512, 2048, 16384)
+
+
+def worker(kind: str) -> None:
+    import functools
+
+    import torch
+
+    import fp8ops
+    from fp8ops import bench
+
+    copy = bench.copy_bandwidth_tbps()
+
+    def emit(row):
+        print(json.dumps(row), flush=True)
+
+    if kind == "group":
+        for M, K, layout in PER_TOKEN:
+            n = bench.n_sets_for(M * K * 3)
+            xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n)]
+            fn = functools.partial(fp8ops.per_token_group_quant, group_size=128, scale_layout=layout)
+            _, s = fn(xs[0][0])
+            us = bench.graph_time_us(fn, xs)
+            nbytes = bench.quant_bytes(M, K, 2, s)
+            emit(
+                {
+                    "op": "per_token",
+                    "M": M,
+                    "K": K,
+                    "layout": layout,
+                    "us": us,
+                    "pct": 100 * nbytes / (us * 1e-6) / 1e12 / copy,
+                }
+            )
+        for T, G, D, packed in GROUP_MAJOR:
+            n = bench.n_sets_for(T * G * D * 3)
+            xs = [(torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],) for _ in range(n)]
+            fn = functools.partial(fp8ops.group_major_quant, packed=packed)
+            _, s = fn(xs[0][0])
+            us = bench.graph_time_us(fn, xs)
+            nbytes = T * G * D * 3 + s.untyped_storage().nbytes()
+            emit(
+                {
+                    "op": "group_major",
+                    "T": T,
+                    "G": G,
+                    "D": D,
+                    "packed": packed,
+                    "us": us,
+                    "pct": 100 * nbytes / (us * 1e-6) / 1e12 / copy,
+                }
+            )
+    else:
+        H, max_pos = 64, 65536
+        cs = torch.randn(max_pos, 64, device="cuda")
+        for B in INDEXER_B:
+            per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
+            sets = [
+                (
+                    torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
+                    torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
+                    0.5,
+                    cs,
+                    torch.randint(0, max_pos, (B,), device="cuda"),
+                )
+                for _ in range(bench.n_sets_for(per_call))
+            ]
+            us = bench.graph_time_us(fp8ops.indexer_q_quant, sets)
+            emit({"op": "indexer", "B": B, "H": H, "us": us, "pct": 100 * per_call / (us * 1e-6) / 1e12 / copy})
+    emit({"op": "copy", "tbps": copy})
+
+
+def key_of(row):
+    return tuple((k, row[k]) for k in row if k not in ("us", "pct", "tbps", "config"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--worker", choices=("group", "indexer"))
+    ap.add_argument("--kinds", default="group,indexer")
+    ap.add_argument("--only", help="comma-separated configuration names to run (default: all)")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if args.worker:
+        worker(args.worker)
+        return 0
+    rows = []
+    for kind in args.kinds.split(","):
+        configs = GROUP_CONFIGS if kind == "group" else INDEXER_CONFIGS
+        if args.only:
+            configs = {k: v for k, v in configs.items() if k in args.only.split(",")}
+        for name, env in configs.items():
+            proc = subprocess.run(
+                [sys.executable, __file__, "--worker", kind],
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            if proc.returncode != 0:
+                print(f"config {name} failed:\n{proc.stderr[-3000:]}", flush=True)
+                return 1
+            for line in proc.stdout.splitlines():
+                row = json.loads(line)
+                row["config"] = name
+                rows.append(row)
+            print(f"done {kind} {name}", file=sys.stderr, flush=True)
+        names = list(configs)
+        table = {}
+        for row in rows:
+            if row["config"] in configs:
+                table.setdefault(key_of(row), {})[row["config"]] = row
+        print(f"\n{kind}: us (% of copy) per configuration")
+        print(" | ".join(["shape"] + names))
+        for key, by_cfg in table.items():
+            if key[0][1] == "copy":
+                cells = [f"{by_cfg[n]['tbps']:.3f} TB/s" if n in by_cfg else "-" for n in names]
+            else:
+                cells = [f"{by_cfg[n]['us']:.2f} ({by_cfg[n]['pct']:.1f})" if n in by_cfg else "-" for n in names]
+            print(" | ".join([",".join(f"{v}" for _, v in key)] + cells))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
