@@ -232,6 +232,7 @@ PreparedIndexer prepare_indexer_q_quant(const Tensor& q, const Tensor& weight, d
   check_eps(op, eps);
   FP8OPS_CHECK(B * H == 0 || cos_sin_cache.size(0) > 0, op, ": cos_sin_cache has no positions");
   FP8OPS_CHECK(std::isfinite(weight_scale), op, ": weight_scale must be finite");
+  FP8OPS_CHECK(B * H < kMaxWorkItems, op, ": B * H (", B * H, ") must be below 2^31");
 
   PreparedIndexer prep{new_contiguous(q, {B, H, kIndexerHeadDim}, ScalarType::Float8_e4m3fn),
                        new_contiguous(q, {B, H, 1}, ScalarType::Float),

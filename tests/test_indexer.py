@@ -134,6 +134,35 @@ def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
+def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, hadamard):
+    """The scalar-load paths (q not 16-byte aligned, a cos/sin row stride that is not a multiple of
+    4), a strided weight, a (token, head) count that leaves lanes of the last warp idle, and
+    inf/NaN in q."""
+    for B, H in ((5, 3), (37, 8)):
+        args = make_case(B, H=H)
+        q = args[0]
+        q[0, 0, 5] = float("inf")
+        q[B - 1, H - 1, 100] = float("nan")
+        q[B // 2, 0, 64] = float("-inf")
+        cpu = fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
+        # The same values on the GPU, in storage that is 6 bytes past an aligned address (q) and
+        # with a row stride of 65 (cos_sin).
+        q_cuda = torch.empty(B * H * 128 + 3, dtype=q.dtype, device="cuda")[3:].view(B, H, 128)
+        q_cuda.copy_(q)
+        cs = args[3]
+        cs_cuda = torch.empty(cs.shape[0], 65, device="cuda")[:, 1:]
+        cs_cuda.copy_(cs)
+        w_cuda = torch.empty(B, H + 5, dtype=q.dtype, device="cuda")[:, 2 : 2 + H]  # a column slice
+        w_cuda.copy_(args[1])
+        cuda_args = [q_cuda, w_cuda, args[2], cs_cuda, args[4].cuda()]
+        assert q_cuda.data_ptr() % 16 != 0 and cs_cuda.stride(0) % 4 != 0
+        gpu = fp8ops.indexer_q_quant(*cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
+        assert_same_bits(gpu[0], cpu[0], f"q_fp8 B={B} H={H}")
+        assert_same_bits(gpu[1], cpu[1], f"weights_out B={B} H={H}")
+
+
+@pytest.mark.gpu
 def test_cuda_clamps_out_of_range_positions_and_writes_everything():
     args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in make_case(9)]
     args[4][3] = 10**9
