@@ -118,17 +118,7 @@ def worker(kind: str) -> None:
         H, max_pos = 64, 65536
         cs = torch.randn(max_pos, 64, device="cuda")
         for B in INDEXER_B:
-            per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
-            sets = [
-                (
-                    torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
-                    torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
-                    0.5,
-                    cs,
-                    torch.randint(0, max_pos, (B,), device="cuda"),
-                )
-                for _ in range(bench.n_sets_for(per_call))
-            ]
+            per_call, sets = bench.indexer_inputs(B, H, cs)
             us = bench.graph_time_us(fp8ops.indexer_q_quant, sets)
             emit({"op": "indexer", "B": B, "H": H, "us": us, "pct": 100 * per_call / (us * 1e-6) / 1e12 / copy})
     emit({"op": "copy", "tbps": copy})

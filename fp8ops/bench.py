@@ -327,6 +327,23 @@ def bench_group_major(dg, copy_tbps):
     return rows, pack_rows
 
 
+def indexer_inputs(B: int, H: int, cs: torch.Tensor):
+    """Byte count of one indexer_q_quant call and argument sets rotated past L2: bf16 q, the weight
+    as a column slice of a wider projection output, a shared fp32 cos/sin cache, int64 positions."""
+    per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
+    sets = [
+        (
+            torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
+            torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
+            0.5,
+            cs,
+            torch.randint(0, cs.shape[0], (B,), device="cuda"),
+        )
+        for _ in range(n_sets_for(per_call))
+    ]
+    return per_call, sets
+
+
 def bench_indexer(copy_tbps, Bs=(1, 8, 64, 256, 512, 2048, 16384), H=64, max_pos=65536):
     """indexer_q_quant (DeepSeek-V4 options: rope_tail, interleaved, Hadamard) against the
     torch.compile'd fp32 torch expression of the same."""
@@ -334,17 +351,7 @@ def bench_indexer(copy_tbps, Bs=(1, 8, 64, 256, 512, 2048, 16384), H=64, max_pos
     compiled = torch.compile(ref.indexer_q_quant_fp32, fullgraph=True, dynamic=True)
     rows = []
     for B in Bs:
-        per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
-        sets = [
-            (
-                torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
-                torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
-                0.5,
-                cs,
-                torch.randint(0, max_pos, (B,), device="cuda"),
-            )
-            for _ in range(n_sets_for(per_call))
-        ]
+        per_call, sets = indexer_inputs(B, H, cs)
         row = {"B": B, "H": H, "bytes": per_call}
         row["fp8ops_us"] = graph_time_us(fp8ops.indexer_q_quant, sets)
         row["compiled_ref_us"] = graph_time_us(compiled, sets)
