@@ -2,9 +2,9 @@
 //
 // One launch writes q, the scales and every padding byte. Each group of kGroupSize elements is
 // handled by kLanes = kGroupSize / kVec consecutive threads, each loading 32 bytes (kVec elements)
-// and reducing the group's amax with shuffles inside those lanes. A thread works on kUnroll rows
-// at a time, all loads issued before the first reduction, to keep enough bytes in flight on
-// large inputs.
+// and reducing the group's amax with shuffles inside those lanes. On large inputs a thread works
+// on kUnroll rows at a time, all loads issued before the first reduction, to keep enough bytes in
+// flight; with MN-major scales those rows are consecutive and their scales one vector store.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -99,7 +99,7 @@ __device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint3
 constexpr int kThreadBytes = 32;
 
 // One 16-byte load of x. With kStream, a non-coherent load that skips L1 (x is read once and is
-// not written while the kernel runs).
+// not written while the kernel runs); benchmarking builds only, as it measured slower on the H200.
 template <bool kStream>
 __device__ __forceinline__ uint4 load16(const void* ptr) {
   if constexpr (kStream) {
@@ -115,7 +115,7 @@ __device__ __forceinline__ uint4 load16(const void* ptr) {
 
 // How the rows of the work grid map to (t, g), and to a thread's kUnroll rows:
 //  - kMnVec == false: row r = t * G + g over the T_q * G rows of q; a thread's rows are
-//    row_step apart. Scale rows past T_q (TMA padding) are zeroed by the last q row.
+//    slot_step apart. Scale rows past T_q (TMA padding) are zeroed by the last q row.
 //  - kMnVec == true (scales MN-major: s_stride_t == 1, and 4-word aligned strides): row
 //    r = g * T_s + t over the G * T_s rows of the scale tensor, and a thread's kUnroll rows are
 //    consecutive t of one g, so their scales are kUnroll consecutive words that one vector store
@@ -127,7 +127,7 @@ struct RowMap {
 // The 2-D work grid: blockDim.x threads walk 32-byte chunks of a row (whole groups, since
 // blockDim.x is a multiple of kLanes), blockDim.y row slots are in flight per block, and the grid
 // strides over rows. Column-side offsets are computed once per thread; a row costs a few integer
-// operations, and one multiply-shift division unless G == 1.
+// operations and one multiply-shift division (by G, or by T_s with kMnVec).
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, bool kMnVec, bool kStream>
 __global__ void __launch_bounds__(kGroupQuantThreads, 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
