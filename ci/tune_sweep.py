@@ -97,12 +97,11 @@ def worker(kind: str) -> None:
                 }
             )
         for T, G, D, packed in GROUP_MAJOR:
-            n = bench.n_sets_for(T * G * D * 3)
-            xs = [(torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],) for _ in range(n)]
+            xs = bench.group_major_inputs(T, G, D)
             fn = functools.partial(fp8ops.group_major_quant, packed=packed)
             _, s = fn(xs[0][0])
             us = bench.graph_time_us(fn, xs)
-            nbytes = T * G * D * 3 + s.untyped_storage().nbytes()
+            nbytes = bench.quant_bytes(T * G, D, 2, s)
             emit(
                 {
                     "op": "group_major",
