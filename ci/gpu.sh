@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole GPU cycle on a GPU machine: ci/gpu.sh [tests|bench|all|tune]
+# The whole GPU cycle on a GPU machine: ci/gpu.sh [tests|bench|all|tune|profile]
 #   - installs deep_gemm from .devdeps/ when present (see DEVELOPERS notes in README) and fails
 #     if deep_gemm is then missing, so that the consumer tests really run;
 #   - with FP8OPS_WHEEL=path/to/wheel, installs that wheel and tests it from outside the source
@@ -9,7 +9,8 @@
 #     --build-lib .tune), the launch-shape sweep (ci/tune_sweep.py), then the GPU tests of the
 #     kernels under forced shapes, so that every shape the sweep times is also held to the CPU
 #     (TUNE_TESTS=0 skips them, TUNE_FORCED="VAR=value ..." runs one configuration of them;
-#     TUNE_ARGS passes options to the sweep).
+#     TUNE_ARGS passes options to the sweep);
+#   - profile: Nsight Compute over ci/profile.py for each line of PROFILE_CASES.
 # Logs and results go to $OUT when set, else to ./gpu-out.
 set -euo pipefail
 stage=${1:-all}
@@ -25,6 +26,19 @@ fi
 $PY -c "import deep_gemm" || { echo "ci/gpu.sh: deep_gemm is missing on the GPU machine"; exit 1; }
 
 status=0
+if [ "$stage" = profile ]; then
+  # Nsight Compute over ci/profile.py, one case per line of PROFILE_CASES (its arguments); the
+  # library built elsewhere (fp8ops/_C*.so) is used. NCU_ARGS replaces the default sections.
+  export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  ncu_args=${NCU_ARGS:---section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats --section WarpStateStats --section Occupancy --section LaunchStats --section InstructionStats}
+  while IFS= read -r case; do
+    [ -n "$case" ] || continue
+    echo "== profile: $case" | tee -a "$OUT/profile.log"
+    ncu --clock-control none --kernel-name-base mangled --kernel-name regex:fp8ops --launch-skip 2 --launch-count 1 $ncu_args \
+      $PY ci/profile.py $case >>"$OUT/profile.log" 2>&1 || status=1
+  done <<<"${PROFILE_CASES:-indexer 16384}"
+  exit $status
+fi
 if [ "$stage" = tune ]; then
   ls .tune/fp8ops/_C*.so >/dev/null || { echo "ci/gpu.sh tune: no benchmarking build in .tune/"; exit 1; }
   cp -r fp8ops/*.py .tune/fp8ops/
@@ -33,9 +47,9 @@ if [ "$stage" = tune ]; then
   [ "${TUNE_TESTS:-1}" = 1 ] || exit $status
   run=$(mktemp -d)
   cp -r tests "$run/"
-  forced=("FP8OPS_TUNE_UNROLL=4 FP8OPS_TUNE_MNVEC=1 FP8OPS_TUNE_IDX_WARPS=2 FP8OPS_TUNE_IDX_ROUNDS=4"
-    "FP8OPS_TUNE_UNROLL=2 FP8OPS_TUNE_MNVEC=1 FP8OPS_TUNE_STREAM=1 FP8OPS_TUNE_IDX_WARPS=8 FP8OPS_TUNE_IDX_ROUNDS=1"
-    "FP8OPS_TUNE_UNROLL=1 FP8OPS_TUNE_STREAM=1 FP8OPS_TUNE_IDX_WARPS=4 FP8OPS_TUNE_IDX_ROUNDS=2")
+  forced=("FP8OPS_TUNE_UNROLL=4 FP8OPS_TUNE_MNVEC=1 FP8OPS_TUNE_IDX_LANES=4 FP8OPS_TUNE_IDX_WARPS=2 FP8OPS_TUNE_IDX_MINB=14"
+    "FP8OPS_TUNE_UNROLL=2 FP8OPS_TUNE_MNVEC=1 FP8OPS_TUNE_STREAM=1 FP8OPS_TUNE_IDX_LANES=8 FP8OPS_TUNE_IDX_WARPS=2 FP8OPS_TUNE_IDX_MINB=0 FP8OPS_TUNE_IDX_PERSIST=0"
+    "FP8OPS_TUNE_UNROLL=1 FP8OPS_TUNE_STREAM=1 FP8OPS_TUNE_IDX_LANES=4 FP8OPS_TUNE_IDX_WARPS=2 FP8OPS_TUNE_IDX_MINB=12")
   [ -n "${TUNE_FORCED:-}" ] && forced=("$TUNE_FORCED")
   for cfg in "${forced[@]}"; do
     echo "== forced: $cfg" | tee -a "$OUT/tune-tests.log"

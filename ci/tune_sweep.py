@@ -33,10 +33,26 @@ GROUP_CONFIGS = {
     "u4mn-t128": {"FP8OPS_TUNE_UNROLL": "4", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_THREADS": "128"},
     "u2mn+ld": {"FP8OPS_TUNE_UNROLL": "2", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_STREAM": "1"},
 }
-# wN: N warps per block; rN: N groups of four (token, head) items per warp.
-INDEXER_CONFIGS = {
-    f"w{w}r{r}": {"FP8OPS_TUNE_IDX_WARPS": str(w), "FP8OPS_TUNE_IDX_ROUNDS": str(r)}
-    for w, r in ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (2, 4))
+# lN: N lanes per (token, head); wN: N warps per block; bN: at least N resident blocks asked of the
+# compiler (a register cap); -np: one group per warp (grid not capped at the resident blocks);
+# auto: the library's own choice.
+INDEXER_CONFIGS = {"auto": {}} | {
+    f"l{lanes}w{w}" + (f"b{b}" if b else "") + ("" if persist else "-np"): {
+        "FP8OPS_TUNE_IDX_LANES": str(lanes),
+        "FP8OPS_TUNE_IDX_WARPS": str(w),
+        "FP8OPS_TUNE_IDX_MINB": str(b),
+        "FP8OPS_TUNE_IDX_PERSIST": str(int(persist)),
+    }
+    for lanes, w, b, persist in (
+        (8, 2, 0, True),
+        (8, 2, 16, True),
+        (8, 4, 0, True),
+        (4, 2, 0, True),
+        (4, 2, 12, True),
+        (4, 2, 12, False),
+        (4, 2, 14, True),
+        (4, 4, 6, True),
+    )
 }
 
 PER_TOKEN = [  # (M, K, layout)

@@ -96,16 +96,17 @@ def check_runs_on_current_stream(device: int, current: int) -> None:
     assert_same_quant(q, s, cq, cs, "side stream")
 
 
-def poisoned_call(op, x, *args):
-    """Fill blocks of the outputs' sizes with 0xFF, free them, then call op(x, *args), so that the
-    caching allocator hands the poisoned blocks to the op; checks that it did."""
-    q_meta, s_meta = op(x.to("meta"), *args)
-    sizes = (q_meta.numel(), s_meta.untyped_storage().nbytes())
+def poisoned_call(op, x, *args, **kwargs):
+    """Fill blocks of the outputs' sizes with 0xFF, free them, then call op(x, *args, **kwargs), so
+    that the caching allocator hands the poisoned blocks to the op; checks that it did."""
+    meta = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in args]
+    q_meta, s_meta = op(x.to("meta"), *meta, **kwargs)
+    sizes = (q_meta.numel() * q_meta.element_size(), s_meta.untyped_storage().nbytes())
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device=x.device) for n in sizes]
     ptrs = {b.data_ptr() for b in blocks}
     del blocks
-    q, s = op(x, *args)
+    q, s = op(x, *args, **kwargs)
     assert {q.data_ptr(), s.data_ptr()} <= ptrs, "the outputs did not reuse the poisoned blocks"
     return q, s

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import assert_same_bits
+from helpers import assert_same_bits, poisoned_call
 
 import fp8ops
 from fp8ops import reference as ref
@@ -160,6 +160,25 @@ def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, h
         gpu = fp8ops.indexer_q_quant(*cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
         assert_same_bits(gpu[0], cpu[0], f"q_fp8 B={B} H={H}")
         assert_same_bits(gpu[1], cpu[1], f"weights_out B={B} H={H}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
+def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard):
+    """More (token, head) items than the resident warps take at once, so that warps loop over
+    several groups with the next one's loads in flight; an odd H leaves the last group partial;
+    inf/NaN in heads that are not the first ones a warp works on. Outputs are poisoned first."""
+    B, H = 4099, 7
+    args = make_case(B, H=H)
+    q = args[0]
+    q[4000, 3, 7] = float("inf")
+    q[2500, 6, 120] = float("nan")
+    q[B - 1, H - 1, 0] = float("-inf")
+    cpu = fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
+    cuda_args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+    gpu = poisoned_call(fp8ops.indexer_q_quant, *cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
+    assert_same_bits(gpu[0], cpu[0], "q_fp8")
+    assert_same_bits(gpu[1], cpu[1], "weights_out")
 
 
 @pytest.mark.gpu

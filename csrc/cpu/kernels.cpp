@@ -171,14 +171,13 @@ void indexer_rows(const IndexerParams& p, int64_t begin, int64_t end) {
           v[j + hh] = butterfly_upper(lower, upper);
         }
       }
-      for (int k = 0; k < kIndexerHeadDim; ++k) v[k] = mul_rn(v[k], kInvSqrt128);
     }
     float amax = 0.0f;
     for (int k = 0; k < kIndexerHeadDim; ++k) amax = fmax_nonan(amax, finite_abs(v[k]));
-    const float scale = group_scale(amax, p.eps, false);
-    const float r = 1.0f / scale;
+    const float scale = group_scale(indexer_amax(amax, p.hadamard), p.eps, false);
+    const float m = indexer_multiplier(1.0f / scale, p.hadamard);
     uint8_t* dst = p.q_out + bh * kIndexerHeadDim;
-    for (int k = 0; k < kIndexerHeadDim; ++k) dst[k] = e4m3_bits_host(scaled_clamped(v[k], r));
+    for (int k = 0; k < kIndexerHeadDim; ++k) dst[k] = e4m3_bits_host(scaled_clamped(v[k], m));
     const float w = static_cast<float>(static_cast<const T*>(p.weight)[b * p.w_stride_b + h * p.w_stride_h]);
     p.w_out[bh] = indexer_weight(w, p.weight_scale, scale);
   }

@@ -1,6 +1,10 @@
-// CUDA kernel of indexer_q_quant: eight lanes per (token, head), lane j of the eight holding dims
-// 16j..16j+15, so a warp works on four heads at once. Hadamard stages h = 1..8 stay inside a lane;
-// h = 16, 32, 64 pair lanes 1, 2 and 4 apart (shuffles). The arithmetic is indexer.h's, step for
+// CUDA kernel of indexer_q_quant: kLanes lanes per (token, head), so a warp works on
+// 32 / kLanes heads at once. A head's 128 dims are 16 chunks of 8; lane j of the head holds
+// chunks j, j + kLanes, j + 2 kLanes, ..., so register k of a lane is dim
+// 8 kLanes (k / 8) + 8 j + k % 8. Then every lane holds the same share of the rotated dims, a
+// RoPE pair (2i, 2i + 1) is inside a chunk and a NeoX pair (i, i + 32) inside a lane (four
+// lanes) or in lanes j and j ^ 4 (eight), and Hadamard stages h = 1, 2, 4 and h >= 8 kLanes stay inside a lane while
+// h = 8 .. 4 kLanes pair lanes h / 8 apart (shuffles). The arithmetic is indexer.h's, step for
 // step, in the same order as the CPU reference.
 #pragma once
 
@@ -8,8 +12,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cfloat>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "fp8ops/fast_divmod.cuh"
@@ -19,9 +25,28 @@
 
 namespace fp8ops {
 
-constexpr int kIndexerLanes = 8;                               // lanes per (token, head)
-constexpr int kIndexerDims = kIndexerHeadDim / kIndexerLanes;  // dims per lane: 16
-constexpr int kIndexerHeadsPerWarp = 32 / kIndexerLanes;
+template <int kLanes>
+struct IndexerSplit {
+  static_assert(kLanes == 4 || kLanes == 8, "4 or 8 lanes per head");
+  static constexpr int kDims = kIndexerHeadDim / kLanes;  // dims per lane
+  static constexpr int kChunks = kDims / 8;               // chunks of 8 dims per lane
+  static constexpr int kHeadsPerWarp = 32 / kLanes;
+  static constexpr int kRopeChunks = kIndexerRopeDim / 8 / kLanes;  // of a lane's chunks, rotated
+  // Offset of a lane's chunk t in the head, in dims.
+  static __device__ __forceinline__ int chunk_dim(int t, int j) { return 8 * (j + kLanes * t); }
+};
+
+// The two floats of a 32-bit word of packed bf16 or fp16 values (low half first).
+template <typename T>
+__device__ __forceinline__ float2 unpack_pair(uint32_t w) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xFFFF0000u));
+  } else {
+    __half2 h;
+    memcpy(&h, &w, sizeof(h));
+    return __half22float2(h);
+  }
+}
 
 template <typename T>
 __device__ __forceinline__ float elem_to_float(T v) {
@@ -32,10 +57,17 @@ __device__ __forceinline__ float elem_to_float(T v) {
   }
 }
 
+// max(a, b) that returns NaN when either is NaN.
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float r;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
 // n floats from src: 16-byte loads when vec (src 16-byte aligned), else one by one.
 template <int N>
 __device__ __forceinline__ void load_floats(float (&dst)[N], const float* src, bool vec) {
-  if (vec) {
+  if (vec) {  // a compile-time constant where it is called
 #pragma unroll
     for (int i = 0; i < N / 4; ++i) {
       const float4 f = reinterpret_cast<const float4*>(src)[i];
@@ -50,185 +82,328 @@ __device__ __forceinline__ void load_floats(float (&dst)[N], const float* src, b
   }
 }
 
-// q, weight and position of one (token, head), loaded ahead of the work on it.
-template <typename T>
+// q, weight and cos/sin row offset of one (token, head), loaded ahead of the work on it.
+template <int kLanes>
 struct IndexerLoad {
-  uint4 raw[2];  // dims 16j..16j+15 (scalar loads when kVec16 is false)
-  float w;       // weight, in lane j == 0 only
-  int64_t pos;   // clamped position
+  uint4 raw[IndexerSplit<kLanes>::kChunks];  // this lane's chunks (scalar loads when kVec is false)
+  float w;                                   // weight, in lane j == 0 only
+  int64_t cs;                                // offset of the cos/sin row of the (clamped) position
 };
 
-template <typename T, bool kVec16>
-__device__ __forceinline__ IndexerLoad<T> indexer_load(const IndexerParams& p, uint32_t b, uint32_t h, int j) {
-  IndexerLoad<T> ld;
-  const T* src = static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim + kIndexerDims * j;
-  if constexpr (kVec16) {
-    ld.raw[0] = reinterpret_cast<const uint4*>(src)[0];
-    ld.raw[1] = reinterpret_cast<const uint4*>(src)[1];
-  } else {
-    T* e = reinterpret_cast<T*>(ld.raw);
+template <typename T, bool kVec, int kLanes>
+__device__ __forceinline__ IndexerLoad<kLanes> indexer_load(const IndexerParams& p, const FastDivmod& div_h,
+                                                            uint32_t item, int j) {
+  using S = IndexerSplit<kLanes>;
+  const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
+  IndexerLoad<kLanes> ld;
+  const T* src = static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim;
 #pragma unroll
-    for (int k = 0; k < kIndexerDims; ++k) e[k] = src[k];
+  for (int t = 0; t < S::kChunks; ++t) {
+    const T* chunk = src + S::chunk_dim(t, j);
+    if constexpr (kVec) {
+      ld.raw[t] = *reinterpret_cast<const uint4*>(chunk);
+    } else {
+      T* e = reinterpret_cast<T*>(&ld.raw[t]);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) e[k] = chunk[k];
+    }
   }
   ld.w = j == 0 ? elem_to_float<T>(static_cast<const T*>(p.weight)[b * p.w_stride_b + h * p.w_stride_h]) : 0.0f;
   // NOTES: out-of-range positions are clamped so that no read leaves the cache; SPEC leaves those
   // rows' values unspecified (the CPU kernel raises instead).
   const int64_t pos = indexer_position(p, b);
-  ld.pos = pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos);
+  ld.cs = (pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos)) * p.cs_stride_pos;
   return ld;
 }
 
-// RoPE, Hadamard and quantization of one (token, head) whose loads are in ld; stores when live.
-template <typename T>
-__device__ __forceinline__ void indexer_head(const IndexerParams& p, const IndexerLoad<T>& ld, uint32_t item, bool live,
-                                             int j, bool cs_vec) {
-  float v[kIndexerDims];
-  const T* e = reinterpret_cast<const T*>(ld.raw);
-#pragma unroll
-  for (int k = 0; k < kIndexerDims; ++k) v[k] = elem_to_float<T>(e[k]);
+// The cos and sin values a lane's RoPE pairs use (kN of each), loaded ahead of step 1.
+template <int kLanes>
+struct IndexerRopeCs {
+  static constexpr int kN = kLanes == 8 ? 8 : kIndexerRopePairs / kLanes;
+  float c[kN], s[kN];
+};
 
-  const float* cs = p.cos_sin + ld.pos * p.cs_stride_pos;
-  const int rel = kIndexerDims * j - (p.rope_tail ? kIndexerHeadDim - kIndexerRopeDim : 0);
-  const bool in_rope = rel >= 0 && rel < kIndexerRopeDim;  // a lane's 16 dims are all in or all out
+// Loads them from cs, the position's cos/sin row: for interleaved pairs, four per rotated chunk
+// t (i = (chunk's dim - first rotated dim) / 2 + k); for NeoX pairs (i, i + 32), eight per chunk
+// holding pairs' a (i = dim - first rotated dim), or, with eight lanes, the eight of the pairs
+// lanes j and j ^ 4 share.
+template <int kLanes, bool kVec>
+__device__ __forceinline__ IndexerRopeCs<kLanes> indexer_cs_load(const IndexerParams& p, const float* cs, int j) {
+  using S = IndexerSplit<kLanes>;
+  IndexerRopeCs<kLanes> r;
   if (!p.rope_neox) {
-    // Interleaved pairs (2i, 2i + 1), i = rel / 2 + k: all inside the lane.
-    if (in_rope) {
-      float c[kIndexerDims / 2], s[kIndexerDims / 2];
-      load_floats(c, cs + rel / 2, cs_vec);
-      load_floats(s, cs + kIndexerRopePairs + rel / 2, cs_vec);
 #pragma unroll
-      for (int k = 0; k < kIndexerDims / 2; ++k) rope_pair(v[2 * k], v[2 * k + 1], c[k], s[k]);
+    for (int t = 0; t < S::kRopeChunks; ++t) {
+      const int i0 = S::chunk_dim(t, j) / 2;
+      float c[4], s[4];
+      load_floats(c, cs + i0, kVec);
+      load_floats(s, cs + kIndexerRopePairs + i0, kVec);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        r.c[4 * t + k] = c[k];
+        r.s[4 * t + k] = s[k];
+      }
     }
   } else {
-    // Pairs (i, i + 32): the partner's dims are 2 lanes away.
-    float other[kIndexerDims];
+    constexpr int kChunksA = S::kRopeChunks >= 2 ? S::kRopeChunks / 2 : 1;
 #pragma unroll
-    for (int k = 0; k < kIndexerDims; ++k) other[k] = __shfl_xor_sync(0xFFFFFFFFu, v[k], 2);
-    if (in_rope) {
-      const bool first = rel < kIndexerRopePairs;  // this lane holds the pair's a
-      const int i0 = first ? rel : rel - kIndexerRopePairs;
-      float c[kIndexerDims], s[kIndexerDims];
-      load_floats(c, cs + i0, cs_vec);
-      load_floats(s, cs + kIndexerRopePairs + i0, cs_vec);
+    for (int t = 0; t < kChunksA; ++t) {
+      const int i0 = S::kRopeChunks >= 2 ? S::chunk_dim(t, j) : 8 * (j & 3);
+      float c[8], s[8];
+      load_floats(c, cs + i0, kVec);
+      load_floats(s, cs + kIndexerRopePairs + i0, kVec);
 #pragma unroll
-      for (int k = 0; k < kIndexerDims; ++k) {
-        // rope_pair(a, b, c, s) with (a, b) = (v, other) or (other, v); each lane keeps its own.
-        v[k] = first ? sub_rn(mul_rn(v[k], c[k]), mul_rn(other[k], s[k]))
-                     : add_rn(mul_rn(other[k], s[k]), mul_rn(v[k], c[k]));
+      for (int k = 0; k < 8; ++k) {
+        r.c[8 * t + k] = c[k];
+        r.s[8 * t + k] = s[k];
       }
     }
   }
+  return r;
+}
 
-  if (p.hadamard) {
+// Step 1 (RoPE) on this lane's dims v, whose rotated chunks are t = kT0 .. kT0 + kRopeChunks - 1.
+template <int kLanes, int kT0>
+__device__ __forceinline__ void indexer_rope(const IndexerParams& p, float (&v)[IndexerSplit<kLanes>::kDims],
+                                             const IndexerRopeCs<kLanes>& cs, int j) {
+  using S = IndexerSplit<kLanes>;
+  if (!p.rope_neox) {
+    // Interleaved pairs (2i, 2i + 1): four in each chunk.
 #pragma unroll
-    for (int hs = 1; hs < kIndexerDims; hs <<= 1) {
+    for (int t = 0; t < S::kRopeChunks; ++t) {
 #pragma unroll
-      for (int k = 0; k < kIndexerDims; ++k) {
-        if ((k & hs) != 0) continue;
-        const float lo = v[k], up = v[k + hs];
-        v[k] = butterfly_lower(lo, up);
-        v[k + hs] = butterfly_upper(lo, up);
+      for (int k = 0; k < 4; ++k) {
+        rope_pair(v[8 * (kT0 + t) + 2 * k], v[8 * (kT0 + t) + 2 * k + 1], cs.c[4 * t + k], cs.s[4 * t + k]);
       }
     }
-    // NOTES: across lanes, the lower lane keeps v + o and the upper lane o - v; o - v is
-    // o + (-v) in IEEE arithmetic, so both are one add of (+-v) and o.
+  } else if constexpr (S::kRopeChunks >= 2) {
+    // Pairs (i, i + 32): chunk t and chunk t + kRopeChunks / 2 of the same lane.
+    constexpr int kPartner = 8 * (S::kRopeChunks / 2);
 #pragma unroll
-    for (int m = 1; m < kIndexerLanes; m <<= 1) {
-      const uint32_t flip = (j & m) != 0 ? 0x80000000u : 0u;
+    for (int t = 0; t < S::kRopeChunks / 2; ++t) {
 #pragma unroll
-      for (int k = 0; k < kIndexerDims; ++k) {
-        const float o = __shfl_xor_sync(0xFFFFFFFFu, v[k], m);
-        v[k] = add_rn(__uint_as_float(__float_as_uint(v[k]) ^ flip), o);
+      for (int k = 0; k < 8; ++k) {
+        rope_pair(v[8 * (kT0 + t) + k], v[8 * (kT0 + t) + k + kPartner], cs.c[8 * t + k], cs.s[8 * t + k]);
       }
     }
+  } else {
+    // kLanes == 8, one rotated chunk per lane: pairs (i, i + 32) are lanes j and j ^ 4.
+    constexpr int k0 = 8 * kT0;
+    float other[8];
 #pragma unroll
-    for (int k = 0; k < kIndexerDims; ++k) v[k] = mul_rn(v[k], kInvSqrt128);
+    for (int k = 0; k < 8; ++k) other[k] = __shfl_xor_sync(0xFFFFFFFFu, v[k0 + k], 4);
+    const bool first = j < 4;  // this lane holds the pairs' a
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      // rope_pair(a, b, c, s) with (a, b) = (v, other) or (other, v); each lane keeps its own.
+      v[k0 + k] = first ? rope_first(v[k0 + k], other[k], cs.c[k], cs.s[k])
+                        : rope_second(other[k], v[k0 + k], cs.c[k], cs.s[k]);
+    }
   }
+}
 
+// In-lane Hadamard stage: butterflies on registers (k, k + hs).
+template <int kN>
+__device__ __forceinline__ void butterfly_stage(float (&v)[kN], int hs) {
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    if ((k & hs) != 0) continue;
+    const float lo = v[k], up = v[k + hs];
+    v[k] = butterfly_lower(lo, up);
+    v[k + hs] = butterfly_upper(lo, up);
+  }
+}
+
+// Step 2 (Hadamard, unscaled) on this lane's dims v, stage by stage in the order h = 1, 2, 4, ...
+template <int kLanes>
+__device__ __forceinline__ void indexer_hadamard(float (&v)[IndexerSplit<kLanes>::kDims], int j) {
+  constexpr int kDims = IndexerSplit<kLanes>::kDims;
+  // h = 1, 2, 4: registers k and k + h.
+#pragma unroll
+  for (int hs = 1; hs < 8; hs <<= 1) butterfly_stage(v, hs);
+  // h = 8 .. 4 kLanes: lanes h / 8 apart.
+  // NOTES: the lower lane keeps v + o and the upper lane o - v. Both are one fma(v, +-1, o): the
+  // product is exact, so the result is the rounded sum o + (+-v), which is what add and subtract
+  // compute (signed zeros included).
+#pragma unroll
+  for (int m = 1; m < kLanes; m <<= 1) {
+    const float sign = (j & m) != 0 ? -1.0f : 1.0f;
+#pragma unroll
+    for (int k = 0; k < kDims; ++k) v[k] = fma_rn(v[k], sign, __shfl_xor_sync(0xFFFFFFFFu, v[k], m));
+  }
+  // h = 8 kLanes .. 64: registers k and k + h / kLanes.
+#pragma unroll
+  for (int hs = 8; hs < kDims; hs <<= 1) butterfly_stage(v, hs);
+}
+
+// Steps 1-4 of one (token, head) whose loads are in ld and cs; stores when live.
+template <typename T, int kLanes>
+__device__ __forceinline__ void indexer_head(const IndexerParams& p, const IndexerLoad<kLanes>& ld,
+                                             const IndexerRopeCs<kLanes>& cs, uint32_t item, bool live, int j) {
+  using S = IndexerSplit<kLanes>;
+  constexpr int kDims = S::kDims;
+  float v[kDims];
+#pragma unroll
+  for (int c = 0; c < S::kChunks; ++c) {
+    const uint32_t w[4] = {ld.raw[c].x, ld.raw[c].y, ld.raw[c].z, ld.raw[c].w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = unpack_pair<T>(w[k]);
+      v[8 * c + 2 * k] = f.x;
+      v[8 * c + 2 * k + 1] = f.y;
+    }
+  }
+  if (p.rope_tail) {
+    indexer_rope<kLanes, S::kChunks - S::kRopeChunks>(p, v, cs, j);
+  } else {
+    indexer_rope<kLanes, 0>(p, v, cs, j);
+  }
+  if (p.hadamard) indexer_hadamard<kLanes>(v, j);
+
+  // Step 3. Fast path: the amax with NaN propagation, which is the finite amax whenever it is
+  // finite itself; a warp in which some head has a non-finite value takes the exact path.
   float amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kIndexerDims; ++k) amax = fmax_nonan(amax, finite_abs(v[k]));
+  for (int k = 0; k < kDims; ++k) amax = max_nan(amax, fabsf(v[k]));
 #pragma unroll
-  for (int o = kIndexerLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const float scale = group_scale(amax, p.eps, false);
-  const float r = __frcp_rn(scale);
-  uint32_t words[4];
+  for (int o = kLanes / 2; o > 0; o >>= 1) amax = max_nan(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  const bool nonfinite = __any_sync(0xFFFFFFFFu, !(amax <= FLT_MAX));
+  if (nonfinite) {
+    amax = 0.0f;
 #pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    words[k] = zero_nan_codes(e4m3x2_bits_device(v[4 * k] * r, v[4 * k + 1] * r) |
-                              (e4m3x2_bits_device(v[4 * k + 2] * r, v[4 * k + 3] * r) << 16));
+    for (int k = 0; k < kDims; ++k) amax = fmax_nonan(amax, finite_abs(v[k]));
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  }
+  const float scale = group_scale(indexer_amax(amax, p.hadamard), p.eps, false);
+  const float m = indexer_multiplier(__frcp_rn(scale), p.hadamard);
+  uint32_t words[kDims / 4];
+#pragma unroll
+  for (int k = 0; k < kDims / 4; ++k) {
+    words[k] = e4m3x2_bits_device(v[4 * k] * m, v[4 * k + 1] * m) |
+               (e4m3x2_bits_device(v[4 * k + 2] * m, v[4 * k + 3] * m) << 16);
+  }
+  if (nonfinite) {
+#pragma unroll
+    for (int k = 0; k < kDims / 4; ++k) words[k] = zero_nan_codes(words[k]);
   }
   if (!live) return;
-  *reinterpret_cast<uint4*>(p.q_out + static_cast<int64_t>(item) * kIndexerHeadDim + kIndexerDims * j) =
-      make_uint4(words[0], words[1], words[2], words[3]);
+  uint8_t* dst = p.q_out + static_cast<int64_t>(item) * kIndexerHeadDim;
+#pragma unroll
+  for (int t = 0; t < S::kChunks; ++t) {
+    *reinterpret_cast<uint2*>(dst + S::chunk_dim(t, j)) = make_uint2(words[2 * t], words[2 * t + 1]);
+  }
   if (j == 0) p.w_out[item] = indexer_weight(ld.w, p.weight_scale, scale);
 }
 
-// Each warp works on kRounds groups of four consecutive (token, head) items, all loads issued
-// before the first is worked on; kWarps warps per block.
-template <typename T, bool kVec16, int kWarps, int kRounds>
-__global__ void __launch_bounds__(kWarps * 32)
-    indexer_q_quant_kernel(const IndexerParams p, const FastDivmod div_h, const uint32_t items, const bool cs_vec) {
+// Each warp works on groups of 32 / kLanes consecutive (token, head) items: group g, then
+// g + (warps in the grid), and so on, with the next group's loads issued before the work on the
+// current one, so that the grid can be sized to what is resident and still keep loads in flight.
+// kWarps warps per block; kMinBlocks > 0 asks the compiler for that many resident blocks per
+// multiprocessor (a register cap).
+template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
+    indexer_q_quant_kernel(const IndexerParams p, const FastDivmod div_h, const uint32_t items) {
+  using S = IndexerSplit<kLanes>;
   const int lane = threadIdx.x & 31;
-  const int j = lane % kIndexerLanes;  // this lane's part of the head: dims 16j..16j+15
-  const uint32_t first = (blockIdx.x * kWarps + threadIdx.x / 32) * (kIndexerHeadsPerWarp * kRounds);
+  const int j = lane % kLanes;  // this lane's part of the head
+  const uint32_t groups = (items + S::kHeadsPerWarp - 1) / S::kHeadsPerWarp;
+  const uint32_t stride = gridDim.x * kWarps;
+  uint32_t g = blockIdx.x * kWarps + threadIdx.x / 32;
   wait_for_prior_grid();
   allow_next_grid();
-  if (first >= items) return;  // the whole warp leaves together
-  IndexerLoad<T> ld[kRounds];
-  uint32_t item[kRounds];
-  bool live[kRounds];
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) {
-    const uint32_t raw_item = first + r * kIndexerHeadsPerWarp + lane / kIndexerLanes;
-    live[r] = raw_item < items;
-    // A lane group past the end works on the last item (every lane takes part in the shuffles)
-    // and stores nothing.
-    item[r] = live[r] ? raw_item : items - 1;
-    const uint32_t b = div_h.div(item[r]);
-    ld[r] = indexer_load<T, kVec16>(p, b, item[r] - b * div_h.divisor, j);
+  if (g >= groups) return;  // the whole warp leaves together
+  // A lane group past the end works on the last item (every lane takes part in the shuffles)
+  // and stores nothing.
+  uint32_t raw_item = g * S::kHeadsPerWarp + lane / kLanes;
+  IndexerLoad<kLanes> cur = indexer_load<T, kVec, kLanes>(p, div_h, raw_item < items ? raw_item : items - 1, j);
+  for (;;) {
+    const uint32_t g_next = g + stride;
+    const bool more = g_next < groups;  // the same in the whole warp
+    const uint32_t raw_next = g_next * S::kHeadsPerWarp + lane / kLanes;
+    IndexerLoad<kLanes> next;
+    if (more) next = indexer_load<T, kVec, kLanes>(p, div_h, raw_next < items ? raw_next : items - 1, j);
+    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + cur.cs, j);
+    const bool live = raw_item < items;
+    indexer_head<T, kLanes>(p, cur, cs, live ? raw_item : items - 1, live, j);
+    if (!more) break;
+    cur = next;
+    raw_item = raw_next;
+    g = g_next;
   }
-#pragma unroll
-  for (int r = 0; r < kRounds; ++r) indexer_head<T>(p, ld[r], item[r], live[r], j, cs_vec);
 }
 
-// Launch shape: 2 warps per block (the best of 1, 2, 4 and 8 on the H200, docs/PERF.md), one group
-// of four items per warp up to 2^17 items and two from there (docs/PERF.md, sweep 4). FP8OPS_TUNE_IDX_WARPS and
-// FP8OPS_TUNE_IDX_ROUNDS force it in benchmarking builds (FP8OPS_TUNING).
+// Launch shapes (docs/PERF.md, launch-shape sweep): below 2^16 items eight lanes per head, whose
+// shorter per-group path wins when there is little to overlap; from there four lanes (fewer
+// shuffles and less repeated per-head work) with a register cap of twelve resident blocks. Two
+// warps per block, and no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB}
+// force the shape in benchmarking builds (FP8OPS_TUNING), and FP8OPS_TUNE_IDX_PERSIST=0 gives every
+// warp its own group instead.
 struct IndexerConfig {
-  int warps;   // per block
-  int rounds;  // groups of four items per warp
+  int lanes;       // per (token, head)
+  int warps;       // per block
+  int min_blocks;  // register cap: resident blocks asked of the compiler
+  bool persist;    // grid capped at the resident blocks
 };
 
+constexpr int64_t kIndexerWideFrom = int64_t(1) << 16;  // items from which the four-lane shape runs
+
 inline IndexerConfig indexer_config(int64_t items) {
-  IndexerConfig c{2, items >= (int64_t(1) << 17) ? 2 : 1};
+  IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true} : IndexerConfig{4, 2, 12, true};
 #if defined(FP8OPS_TUNING)
+  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_LANES")) c.lanes = std::atoi(v);
   if (const char* v = std::getenv("FP8OPS_TUNE_IDX_WARPS")) c.warps = std::atoi(v);
-  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_ROUNDS")) c.rounds = std::atoi(v);
+  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_MINB")) c.min_blocks = std::atoi(v);
+  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_PERSIST")) c.persist = std::atoi(v) != 0;
 #endif
   return c;
 }
 
-template <typename T, bool kVec16, int kWarps, int kRounds>
-cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool cs_vec, cudaStream_t stream) {
-  constexpr uint32_t kItemsPerBlock = kWarps * kIndexerHeadsPerWarp * kRounds;
-  const dim3 grid((items + kItemsPerBlock - 1) / kItemsPerBlock), block(kWarps * 32);
-  return launch_with_pdl(indexer_q_quant_kernel<T, kVec16, kWarps, kRounds>, grid, block, stream, p,
-                         FastDivmod(static_cast<uint32_t>(p.H)), items, cs_vec);
+// Blocks resident on the current device at once, given how many fit on one multiprocessor
+// (0 when it cannot be told).
+inline int resident_blocks(int per_sm) {
+  int device = 0, sms = 0;
+  if (per_sm <= 0 || cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return 0;
+  }
+  return per_sm * sms;
 }
 
-template <typename T, bool kVec16>
-cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, bool cs_vec, cudaStream_t stream) {
+template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks>
+cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, cudaStream_t stream) {
+  constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
+  const auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks>;
+  uint32_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
+  if (persist) {
+    // Blocks per multiprocessor, the same on every device of the architecture the library runs on.
+    static const int per_sm = [&] {
+      int n = 0;
+      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0) == cudaSuccess ? n : 0;
+    }();
+    const int resident = resident_blocks(per_sm);
+    if (resident > 0 && blocks > static_cast<uint32_t>(resident)) blocks = resident;
+  }
+  return launch_with_pdl(kernel, dim3(blocks), dim3(kWarps * 32), stream, p, FastDivmod(static_cast<uint32_t>(p.H)),
+                         items);
+}
+
+template <typename T, bool kVec>
+cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, cudaStream_t stream) {
   const IndexerConfig c = indexer_config(items);
   if constexpr (kTuningBuild) {
-    if (c.warps == 1 && c.rounds == 1) return launch_indexer_shape<T, kVec16, 1, 1>(p, items, cs_vec, stream);
-    if (c.warps == 4 && c.rounds == 1) return launch_indexer_shape<T, kVec16, 4, 1>(p, items, cs_vec, stream);
-    if (c.warps == 8 && c.rounds == 1) return launch_indexer_shape<T, kVec16, 8, 1>(p, items, cs_vec, stream);
-    if (c.warps == 2 && c.rounds == 4) return launch_indexer_shape<T, kVec16, 2, 4>(p, items, cs_vec, stream);
-    if (c.warps == 4 && c.rounds == 2) return launch_indexer_shape<T, kVec16, 4, 2>(p, items, cs_vec, stream);
+#define FP8OPS_IDX_SHAPE(L, W, B)                        \
+  if (c.lanes == L && c.warps == W && c.min_blocks == B) \
+  return launch_indexer_shape<T, kVec, L, W, B>(p, items, c.persist, stream)
+    FP8OPS_IDX_SHAPE(8, 2, 16);
+    FP8OPS_IDX_SHAPE(8, 4, 0);
+    FP8OPS_IDX_SHAPE(4, 2, 0);
+    FP8OPS_IDX_SHAPE(4, 2, 14);
+    FP8OPS_IDX_SHAPE(4, 4, 6);
+#undef FP8OPS_IDX_SHAPE
   }
-  return c.rounds == 2 ? launch_indexer_shape<T, kVec16, 2, 2>(p, items, cs_vec, stream)
-                       : launch_indexer_shape<T, kVec16, 2, 1>(p, items, cs_vec, stream);
+  return c.lanes == 8 ? launch_indexer_shape<T, kVec, 8, 2, 0>(p, items, c.persist, stream)
+                      : launch_indexer_shape<T, kVec, 4, 2, 12>(p, items, c.persist, stream);
 }
 
 // Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it).
@@ -237,10 +412,11 @@ cudaError_t launch_indexer_q_quant(const IndexerParams& p, cudaStream_t stream) 
   const int64_t items = p.B * p.H;
   if (items == 0) return cudaSuccess;
   if (items >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
-  const bool vec16 = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && (p.q_stride_b * int64_t(sizeof(T))) % 16 == 0;
-  const bool cs_vec = reinterpret_cast<uintptr_t>(p.cos_sin) % 16 == 0 && p.cs_stride_pos % 4 == 0;
+  // 16-byte loads of q and of the cos/sin rows when both allow them, else element loads of both.
+  const bool vec = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && (p.q_stride_b * int64_t(sizeof(T))) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.cos_sin) % 16 == 0 && p.cs_stride_pos % 4 == 0;
   const uint32_t n = static_cast<uint32_t>(items);
-  return vec16 ? launch_indexer_vec<T, true>(p, n, cs_vec, stream) : launch_indexer_vec<T, false>(p, n, cs_vec, stream);
+  return vec ? launch_indexer_vec<T, true>(p, n, stream) : launch_indexer_vec<T, false>(p, n, stream);
 }
 
 }  // namespace fp8ops

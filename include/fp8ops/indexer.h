@@ -1,15 +1,21 @@
 // indexer_q_quant (SPEC section 4): RoPE on 64 of 128 dims, an optional 128-point Walsh-Hadamard
 // transform, then one e4m3 scale per (token, head). The arithmetic order is fixed here, step by
 // step, and the CUDA kernel and the CPU reference both call these functions:
-//   1. RoPE, pair (a, b) with (c, s) = (cos[pos, i], sin[pos, i]):
-//        a' = (a * c) - (b * s),  b' = (a * s) + (b * c)     (four rounded products, no FMA)
+//   1. RoPE, pair (a, b) with (c, s) = (cos[pos, i], sin[pos, i]), one rounded product and one
+//      fused multiply-add per output:
+//        a' = fma(a, c, -(b * s)),  b' = fma(a, s, b * c)
 //   2. Hadamard, natural (Sylvester) order: stages h = 1, 2, 4, ..., 64; in each, every pair
-//      (j, j + h) with j & h == 0 becomes (v[j] + v[j+h], v[j] - v[j+h]); then each value times
-//      fp32(128^-0.5).
-//   3. amax over the finite values, scale = max(amax, eps) * C, codes as in numerics.h.
+//      (j, j + h) with j & h == 0 becomes (v[j] + v[j+h], v[j] - v[j+h]). The factor 128^-0.5
+//      is not applied to the values here; it is folded into steps 3 and 4 below.
+//   3. amax over the finite values y of step 2 (step 1 when no Hadamard); with the Hadamard,
+//      amax = amax(y) * fp32(128^-0.5) (rounded once; the same value as the amax of the rounded
+//      products y * fp32(128^-0.5), since rounding is monotonic). scale = max(amax, eps) * C,
+//      r = 1 / scale, and the value converted to e4m3 (numerics.h) is y * m with
+//      m = r * fp32(128^-0.5) with the Hadamard, m = r without it.
 //   4. weights_out = (float(weight) * weight_scale) * scale.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "fp8ops/numerics.h"
@@ -46,10 +52,20 @@ FP8OPS_HD float sub_rn(float a, float b) {
 #endif
 }
 
-// Step 1 for one pair.
+FP8OPS_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// Step 1: the rotated a and b of one pair.
+FP8OPS_HD float rope_first(float a, float b, float c, float s) { return fma_rn(a, c, -mul_rn(b, s)); }
+FP8OPS_HD float rope_second(float a, float b, float c, float s) { return fma_rn(a, s, mul_rn(b, c)); }
 FP8OPS_HD void rope_pair(float& a, float& b, float c, float s) {
-  const float a2 = sub_rn(mul_rn(a, c), mul_rn(b, s));
-  const float b2 = add_rn(mul_rn(a, s), mul_rn(b, c));
+  const float a2 = rope_first(a, b, c, s);
+  const float b2 = rope_second(a, b, c, s);
   a = a2;
   b = b2;
 }
@@ -57,6 +73,11 @@ FP8OPS_HD void rope_pair(float& a, float& b, float c, float s) {
 // Step 2's butterfly: (lower, upper) -> (lower + upper, lower - upper).
 FP8OPS_HD float butterfly_lower(float lower, float upper) { return add_rn(lower, upper); }
 FP8OPS_HD float butterfly_upper(float lower, float upper) { return sub_rn(lower, upper); }
+
+// Step 3: the amax of the quantized values from the amax of step 2's values, and the factor m
+// from r = 1 / scale.
+FP8OPS_HD float indexer_amax(float amax_y, bool hadamard) { return hadamard ? mul_rn(amax_y, kInvSqrt128) : amax_y; }
+FP8OPS_HD float indexer_multiplier(float r, bool hadamard) { return hadamard ? mul_rn(r, kInvSqrt128) : r; }
 
 // Step 4.
 FP8OPS_HD float indexer_weight(float weight, float weight_scale, float scale) {
