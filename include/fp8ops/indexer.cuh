@@ -127,37 +127,31 @@ struct IndexerRopeCs {
 // t (i = (chunk's dim - first rotated dim) / 2 + k); for NeoX pairs (i, i + 32), eight per chunk
 // holding pairs' a (i = dim - first rotated dim), or, with eight lanes, the eight of the pairs
 // lanes j and j ^ 4 share.
+// N cos and N sin values from pair index i0 of the row cs, into r from position o.
+template <int N, int kLanes, bool kVec>
+__device__ __forceinline__ void indexer_cs_run(IndexerRopeCs<kLanes>& r, const float* cs, int i0, int o) {
+  float c[N], s[N];
+  load_floats(c, cs + i0, kVec);
+  load_floats(s, cs + kIndexerRopePairs + i0, kVec);
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    r.c[o + k] = c[k];
+    r.s[o + k] = s[k];
+  }
+}
+
 template <int kLanes, bool kVec>
 __device__ __forceinline__ IndexerRopeCs<kLanes> indexer_cs_load(const IndexerParams& p, const float* cs, int j) {
   using S = IndexerSplit<kLanes>;
   IndexerRopeCs<kLanes> r;
   if (!p.rope_neox) {
 #pragma unroll
-    for (int t = 0; t < S::kRopeChunks; ++t) {
-      const int i0 = S::chunk_dim(t, j) / 2;
-      float c[4], s[4];
-      load_floats(c, cs + i0, kVec);
-      load_floats(s, cs + kIndexerRopePairs + i0, kVec);
+    for (int t = 0; t < S::kRopeChunks; ++t) indexer_cs_run<4, kLanes, kVec>(r, cs, S::chunk_dim(t, j) / 2, 4 * t);
+  } else if constexpr (S::kRopeChunks >= 2) {
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        r.c[4 * t + k] = c[k];
-        r.s[4 * t + k] = s[k];
-      }
-    }
+    for (int t = 0; t < S::kRopeChunks / 2; ++t) indexer_cs_run<8, kLanes, kVec>(r, cs, S::chunk_dim(t, j), 8 * t);
   } else {
-    constexpr int kChunksA = S::kRopeChunks >= 2 ? S::kRopeChunks / 2 : 1;
-#pragma unroll
-    for (int t = 0; t < kChunksA; ++t) {
-      const int i0 = S::kRopeChunks >= 2 ? S::chunk_dim(t, j) : 8 * (j & 3);
-      float c[8], s[8];
-      load_floats(c, cs + i0, kVec);
-      load_floats(s, cs + kIndexerRopePairs + i0, kVec);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        r.c[8 * t + k] = c[k];
-        r.s[8 * t + k] = s[k];
-      }
-    }
+    indexer_cs_run<8, kLanes, kVec>(r, cs, 8 * (j & 3), 0);
   }
   return r;
 }
