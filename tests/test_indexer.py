@@ -117,6 +117,23 @@ def test_opcheck_and_compile(rope_tail, rope_neox, hadamard):
 # ----------------------------------------------------------------------------------------- GPU
 
 
+def on_cuda(args):
+    """A copy of make_case's arguments with every tensor moved to the GPU."""
+    return [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def check_cuda_matches_cpu(args, cuda_args, label, poison=False, **opts):
+    """The CUDA kernel on cuda_args (outputs poisoned first when poison) equals the CPU kernel on
+    args, bit for bit, in q_fp8 and weights_out."""
+    cpu = fp8ops.indexer_q_quant(*args, **opts)
+    if poison:
+        gpu = poisoned_call(fp8ops.indexer_q_quant, *cuda_args, **opts)
+    else:
+        gpu = fp8ops.indexer_q_quant(*cuda_args, **opts)
+    assert_same_bits(gpu[0], cpu[0], f"q_fp8 {label}")
+    assert_same_bits(gpu[1], cpu[1], f"weights_out {label}")
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
 def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
@@ -126,11 +143,8 @@ def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
         (16384, torch.bfloat16, torch.int32),
     ):
         args = make_case(B, H=64 if B > 1000 else 8, dtype=dtype, pos_dtype=pos_dtype)
-        cpu = fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
-        cuda_args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
-        gpu = fp8ops.indexer_q_quant(*cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
-        assert_same_bits(gpu[0], cpu[0], f"q_fp8 B={B}")
-        assert_same_bits(gpu[1], cpu[1], f"weights_out B={B}")
+        cuda_args = on_cuda(args)
+        check_cuda_matches_cpu(args, cuda_args, f"B={B}", rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
 
 
 @pytest.mark.gpu
@@ -145,7 +159,6 @@ def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, h
         q[0, 0, 5] = float("inf")
         q[B - 1, H - 1, 100] = float("nan")
         q[B // 2, 0, 64] = float("-inf")
-        cpu = fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
         # The same values on the GPU, in storage that is 6 bytes past an aligned address (q) and
         # with a row stride of 65 (cos_sin).
         q_cuda = torch.empty(B * H * 128 + 3, dtype=q.dtype, device="cuda")[3:].view(B, H, 128)
@@ -157,9 +170,9 @@ def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, h
         w_cuda.copy_(args[1])
         cuda_args = [q_cuda, w_cuda, args[2], cs_cuda, args[4].cuda()]
         assert q_cuda.data_ptr() % 16 != 0 and cs_cuda.stride(0) % 4 != 0
-        gpu = fp8ops.indexer_q_quant(*cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
-        assert_same_bits(gpu[0], cpu[0], f"q_fp8 B={B} H={H}")
-        assert_same_bits(gpu[1], cpu[1], f"weights_out B={B} H={H}")
+        check_cuda_matches_cpu(
+            args, cuda_args, f"B={B} H={H}", rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard
+        )
 
 
 @pytest.mark.gpu
@@ -174,16 +187,15 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
     q[4000, 3, 7] = float("inf")
     q[2500, 6, 120] = float("nan")
     q[B - 1, H - 1, 0] = float("-inf")
-    cpu = fp8ops.indexer_q_quant(*args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
-    cuda_args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in args]
-    gpu = poisoned_call(fp8ops.indexer_q_quant, *cuda_args, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard)
-    assert_same_bits(gpu[0], cpu[0], "q_fp8")
-    assert_same_bits(gpu[1], cpu[1], "weights_out")
+    cuda_args = on_cuda(args)
+    check_cuda_matches_cpu(
+        args, cuda_args, f"B={B} H={H}", poison=True, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard
+    )
 
 
 @pytest.mark.gpu
 def test_cuda_clamps_out_of_range_positions_and_writes_everything():
-    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in make_case(9)]
+    args = on_cuda(make_case(9))
     args[4][3] = 10**9
     args[4][5] = -7
     q8, w = fp8ops.indexer_q_quant(*args)
@@ -199,7 +211,7 @@ def test_cuda_clamps_out_of_range_positions_and_writes_everything():
 
 @pytest.mark.gpu
 def test_cuda_graph_replay():
-    args = [a.cuda() if isinstance(a, torch.Tensor) else a for a in make_case(64, H=64)]
+    args = on_cuda(make_case(64, H=64))
     fp8ops.indexer_q_quant(*args)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
