@@ -152,8 +152,8 @@ def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
 def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, hadamard):
     """The scalar-load paths (q not 16-byte aligned, a cos/sin row stride that is not a multiple of
     4), a strided weight, a (token, head) count that leaves lanes of the last warp idle, and
-    inf/NaN in q."""
-    for B, H in ((5, 3), (37, 8)):
+    inf/NaN in q. 9363 x 7 items (at least 2^16) take the four-lane launch shape, the others eight."""
+    for B, H in ((5, 3), (37, 8), (9363, 7)):
         args = make_case(B, H=H)
         q = args[0]
         q[0, 0, 5] = float("inf")
@@ -179,18 +179,19 @@ def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, h
 @pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
 def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard):
     """More (token, head) items than the resident warps take at once, so that warps loop over
-    several groups with the next one's loads in flight; an odd H leaves the last group partial;
-    inf/NaN in heads that are not the first ones a warp works on. Outputs are poisoned first."""
-    B, H = 4099, 7
-    args = make_case(B, H=H)
-    q = args[0]
-    q[4000, 3, 7] = float("inf")
-    q[2500, 6, 120] = float("nan")
-    q[B - 1, H - 1, 0] = float("-inf")
-    cuda_args = on_cuda(args)
-    check_cuda_matches_cpu(
-        args, cuda_args, f"B={B} H={H}", poison=True, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard
-    )
+    several groups with the next one's loads in flight; an odd H leaves the last group partial and
+    puts groups across tokens; inf/NaN in heads that are not the first ones a warp works on. Outputs
+    are poisoned first. Both launch shapes: eight lanes per head below 2^16 items, four from there."""
+    for B, H in ((4099, 7), (9363, 7)):
+        args = make_case(B, H=H)
+        q = args[0]
+        q[4000, 3, 7] = float("inf")
+        q[2500, 6, 120] = float("nan")
+        q[B - 1, H - 1, 0] = float("-inf")
+        cuda_args = on_cuda(args)
+        check_cuda_matches_cpu(
+            args, cuda_args, f"B={B} H={H}", poison=True, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard
+        )
 
 
 @pytest.mark.gpu

@@ -163,7 +163,7 @@ void indexer_rows(const IndexerParams& p, int64_t begin, int64_t end) {
       rope_pair(a, c, cs[i], cs[kIndexerRopePairs + i]);
     }
     if (p.hadamard) {
-      for (int hh = 1; hh < kIndexerHeadDim; hh <<= 1) {
+      for (const int hh : kIndexerHadamardStages) {
         for (int j = 0; j < kIndexerHeadDim; ++j) {
           if (j & hh) continue;
           const float lower = v[j], upper = v[j + hh];

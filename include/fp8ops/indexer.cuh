@@ -3,9 +3,10 @@
 // chunks j, j + kLanes, j + 2 kLanes, ..., so register k of a lane is dim
 // 8 kLanes (k / 8) + 8 j + k % 8. Then every lane holds the same share of the rotated dims, a
 // RoPE pair (2i, 2i + 1) is inside a chunk and a NeoX pair (i, i + 32) inside a lane (four
-// lanes) or in lanes j and j ^ 4 (eight), and Hadamard stages h = 1, 2, 4 and h >= 8 kLanes stay inside a lane while
-// h = 8 .. 4 kLanes pair lanes h / 8 apart (shuffles). The arithmetic is indexer.h's, step for
-// step, in the same order as the CPU reference.
+// lanes) or in lanes j and j ^ 4 (eight). With four lanes the Hadamard's stages that pair dims
+// in different lanes (h = 8, 16) come last, after one exchange through shared memory that gives
+// each lane 32 consecutive dims; with eight lanes three stages are shuffles. The arithmetic is
+// indexer.h's, step for step, in the same order as the CPU reference.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -208,32 +209,80 @@ __device__ __forceinline__ void butterfly_stage(float (&v)[kN], int hs) {
   }
 }
 
-// Step 2 (Hadamard, unscaled) on this lane's dims v, stage by stage in the order h = 1, 2, 4, ...
-template <int kLanes>
-__device__ __forceinline__ void indexer_hadamard(float (&v)[IndexerSplit<kLanes>::kDims], int j) {
-  constexpr int kDims = IndexerSplit<kLanes>::kDims;
-  // h = 1, 2, 4: registers k and k + h.
+// Cross-lane Hadamard stage: lanes m apart hold the pairs' values at the same registers.
+// NOTES: the lower lane keeps v + o and the upper lane o - v. Both are one fma(v, +-1, o): the
+// product is exact, so the result is the rounded sum o + (+-v), which is what add and subtract
+// compute (signed zeros included).
+template <int kN>
+__device__ __forceinline__ void butterfly_lanes(float (&v)[kN], int m, int j) {
+  const float sign = (j & m) != 0 ? -1.0f : 1.0f;
 #pragma unroll
-  for (int hs = 1; hs < 8; hs <<= 1) butterfly_stage(v, hs);
-  // h = 8 .. 4 kLanes: lanes h / 8 apart.
-  // NOTES: the lower lane keeps v + o and the upper lane o - v. Both are one fma(v, +-1, o): the
-  // product is exact, so the result is the rounded sum o + (+-v), which is what add and subtract
-  // compute (signed zeros included).
+  for (int k = 0; k < kN; ++k) v[k] = fma_rn(v[k], sign, __shfl_xor_sync(0xFFFFFFFFu, v[k], m));
+}
+
+// Four lanes per head: moves a head's values from the load layout (lane j, register 8t + k holds
+// dim 32t + 8j + k) to the store layout (lane j, register r holds dim 32j + r) through the warp's
+// 512 bytes per head of shared memory at head_buf (512-byte aligned), as 16-byte units.
+// NOTES: unit u (dims 4u .. 4u + 3) sits at unit u ^ (2 ((u >> 3) & 3)) ^ (head slot & 1), so
+// that the eight lanes of a quarter warp (two heads) reach eight different bank groups both when
+// writing (u = 2j + 8t + s) and when reading (u = 8j + i). The addresses are one xor each.
+__device__ __forceinline__ void indexer_transpose(float (&v)[32], const float* head_buf, int j, int slot) {
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(head_buf));
+  const uint32_t h1 = static_cast<uint32_t>(slot & 1) << 4;
+  const uint32_t jj = static_cast<uint32_t>(j);
+  const uint32_t wbase = base ^ (jj << 5) ^ h1;
+  const uint32_t rbase = base ^ (jj << 7) ^ (jj << 5) ^ h1;
+  __syncwarp();  // the previous head's reads are done before its buffer is written again
 #pragma unroll
-  for (int m = 1; m < kLanes; m <<= 1) {
-    const float sign = (j & m) != 0 ? -1.0f : 1.0f;
+  for (int t = 0; t < 4; ++t) {
 #pragma unroll
-    for (int k = 0; k < kDims; ++k) v[k] = fma_rn(v[k], sign, __shfl_xor_sync(0xFFFFFFFFu, v[k], m));
+    for (int s = 0; s < 2; ++s) {
+      const float* x = v + 8 * t + 4 * s;
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(wbase ^ (160u * t + 16u * s)), "f"(x[0]), "f"(x[1]),
+                   "f"(x[2]), "f"(x[3])
+                   : "memory");
+    }
   }
-  // h = 8 kLanes .. 64: registers k and k + h / kLanes.
+  __syncwarp();
 #pragma unroll
-  for (int hs = 8; hs < kDims; hs <<= 1) butterfly_stage(v, hs);
+  for (int i = 0; i < 8; ++i) {
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v[4 * i]), "=f"(v[4 * i + 1]), "=f"(v[4 * i + 2]), "=f"(v[4 * i + 3])
+                 : "r"(rbase ^ (16u * i))
+                 : "memory");
+  }
+}
+
+// Step 2 (Hadamard, unscaled) on this lane's dims v, in the stage order h = 1, 2, 4, 32, 64, 8,
+// 16 of indexer.h. Eight lanes (dim bits 3-5 are the lane): h = 1, 2, 4, 64 in registers and
+// h = 32, 8, 16 across lanes. Four lanes (dim bits 3-4 are the lane): h = 1, 2, 4, 32, 64 in
+// registers, then indexer_transpose makes dim bits 3-4 register bits, and h = 8, 16 run in
+// registers too; v is left in the store layout.
+template <int kLanes>
+__device__ __forceinline__ void indexer_hadamard(float (&v)[IndexerSplit<kLanes>::kDims], int j,
+                                                 const float* head_buf) {
+  static_assert(kIndexerHadamardStages[3] == 32 && kIndexerHadamardStages[5] == 8, "stage order of indexer.h");
+#pragma unroll
+  for (int hs = 1; hs < 8; hs <<= 1) butterfly_stage(v, hs);  // h = 1, 2, 4
+  if constexpr (kLanes == 8) {
+    butterfly_lanes(v, 4, j);  // h = 32
+    butterfly_stage(v, 8);     // h = 64
+    butterfly_lanes(v, 1, j);  // h = 8
+    butterfly_lanes(v, 2, j);  // h = 16
+  } else {
+    butterfly_stage(v, 8);   // h = 32
+    butterfly_stage(v, 16);  // h = 64
+    indexer_transpose(v, head_buf, j, (threadIdx.x & 31) / kLanes);
+    butterfly_stage(v, 8);   // h = 8
+    butterfly_stage(v, 16);  // h = 16
+  }
 }
 
 // Steps 1-4 of one (token, head) whose loads are in ld and cs; stores when live.
 template <typename T, int kLanes>
 __device__ __forceinline__ void indexer_head(const IndexerParams& p, const IndexerLoad<kLanes>& ld,
-                                             const IndexerRopeCs<kLanes>& cs, uint32_t item, bool live, int j) {
+                                             const IndexerRopeCs<kLanes>& cs, uint32_t item, bool live, int j,
+                                             const float* head_buf) {
   using S = IndexerSplit<kLanes>;
   constexpr int kDims = S::kDims;
   float v[kDims];
@@ -252,7 +301,9 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
   } else {
     indexer_rope<kLanes, 0>(p, v, cs, j);
   }
-  if (p.hadamard) indexer_hadamard<kLanes>(v, j);
+  // With four lanes the Hadamard leaves v in the store layout (lane j holds dims 32j .. 32j + 31).
+  const bool store_layout = kLanes == 4 && p.hadamard;
+  if (p.hadamard) indexer_hadamard<kLanes>(v, j, head_buf);
 
   // Step 3. Fast path: the amax with NaN propagation, which is the finite amax whenever it is
   // finite itself; a warp in which some head has a non-finite value takes the exact path.
@@ -283,9 +334,17 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
   }
   if (!live) return;
   uint8_t* dst = p.q_out + static_cast<int64_t>(item) * kIndexerHeadDim;
+  if (store_layout) {
+    uint4* out = reinterpret_cast<uint4*>(dst + 32 * j);
 #pragma unroll
-  for (int t = 0; t < S::kChunks; ++t) {
-    *reinterpret_cast<uint2*>(dst + S::chunk_dim(t, j)) = make_uint2(words[2 * t], words[2 * t + 1]);
+    for (int t = 0; t < kDims / 16; ++t) {
+      out[t] = make_uint4(words[4 * t], words[4 * t + 1], words[4 * t + 2], words[4 * t + 3]);
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < S::kChunks; ++t) {
+      *reinterpret_cast<uint2*>(dst + S::chunk_dim(t, j)) = make_uint2(words[2 * t], words[2 * t + 1]);
+    }
   }
   if (j == 0) p.w_out[item] = indexer_weight(ld.w, p.weight_scale, scale);
 }
@@ -299,8 +358,11 @@ template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     indexer_q_quant_kernel(const IndexerParams p, const FastDivmod div_h, const uint32_t items) {
   using S = IndexerSplit<kLanes>;
+  // Four lanes: 512 bytes per head slot for the Hadamard's change of layout (indexer_transpose).
+  __shared__ __align__(512) float transpose_buf[kLanes == 4 ? kWarps * kIndexerHeadDim * S::kHeadsPerWarp : 1];
   const int lane = threadIdx.x & 31;
   const int j = lane % kLanes;  // this lane's part of the head
+  const float* head_buf = transpose_buf + (kLanes == 4 ? (threadIdx.x / kLanes) * kIndexerHeadDim : 0);
   const uint32_t groups = (items + S::kHeadsPerWarp - 1) / S::kHeadsPerWarp;
   const uint32_t stride = gridDim.x * kWarps;
   uint32_t g = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -315,11 +377,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const uint32_t g_next = g + stride;
     const bool more = g_next < groups;  // the same in the whole warp
     const uint32_t raw_next = g_next * S::kHeadsPerWarp + lane / kLanes;
+    // The current group's cos/sin first: its latency is the one that work on this group waits for.
+    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + cur.cs, j);
     IndexerLoad<kLanes> next;
     if (more) next = indexer_load<T, kVec, kLanes>(p, div_h, raw_next < items ? raw_next : items - 1, j);
-    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + cur.cs, j);
     const bool live = raw_item < items;
-    indexer_head<T, kLanes>(p, cur, cs, live ? raw_item : items - 1, live, j);
+    indexer_head<T, kLanes>(p, cur, cs, live ? raw_item : items - 1, live, j, head_buf);
     if (!more) break;
     cur = next;
     raw_item = raw_next;
@@ -328,9 +391,10 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 }
 
 // Launch shapes (docs/PERF.md, launch-shape sweep): below 2^16 items eight lanes per head, whose
-// shorter per-group path wins when there is little to overlap; from there four lanes (fewer
-// shuffles and less repeated per-head work) with a register cap of twelve resident blocks. Two
-// warps per block, and no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB}
+// shorter per-group path wins when there is little to overlap; from there four lanes (no
+// shuffles in the Hadamard and less repeated per-head work), with no register cap (a cap of 12
+// resident blocks measured slower). Two warps per block, and no more blocks than are resident at
+// once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB}
 // force the shape in benchmarking builds (FP8OPS_TUNING), and FP8OPS_TUNE_IDX_PERSIST=0 gives every
 // warp its own group instead.
 struct IndexerConfig {
@@ -343,7 +407,7 @@ struct IndexerConfig {
 constexpr int64_t kIndexerWideFrom = int64_t(1) << 16;  // items from which the four-lane shape runs
 
 inline IndexerConfig indexer_config(int64_t items) {
-  IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true} : IndexerConfig{4, 2, 12, true};
+  IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true} : IndexerConfig{4, 2, 0, true};
 #if defined(FP8OPS_TUNING)
   if (const char* v = std::getenv("FP8OPS_TUNE_IDX_LANES")) c.lanes = std::atoi(v);
   if (const char* v = std::getenv("FP8OPS_TUNE_IDX_WARPS")) c.warps = std::atoi(v);
@@ -391,13 +455,13 @@ cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, cudaStrea
   return launch_indexer_shape<T, kVec, L, W, B>(p, items, c.persist, stream)
     FP8OPS_IDX_SHAPE(8, 2, 16);
     FP8OPS_IDX_SHAPE(8, 4, 0);
-    FP8OPS_IDX_SHAPE(4, 2, 0);
+    FP8OPS_IDX_SHAPE(4, 2, 12);
     FP8OPS_IDX_SHAPE(4, 2, 14);
     FP8OPS_IDX_SHAPE(4, 4, 6);
 #undef FP8OPS_IDX_SHAPE
   }
   return c.lanes == 8 ? launch_indexer_shape<T, kVec, 8, 2, 0>(p, items, c.persist, stream)
-                      : launch_indexer_shape<T, kVec, 4, 2, 12>(p, items, c.persist, stream);
+                      : launch_indexer_shape<T, kVec, 4, 2, 0>(p, items, c.persist, stream);
 }
 
 // Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it).

@@ -4,9 +4,11 @@
 //   1. RoPE, pair (a, b) with (c, s) = (cos[pos, i], sin[pos, i]), one rounded product and one
 //      fused multiply-add per output:
 //        a' = fma(a, c, -(b * s)),  b' = fma(a, s, b * c)
-//   2. Hadamard, natural (Sylvester) order: stages h = 1, 2, 4, ..., 64; in each, every pair
-//      (j, j + h) with j & h == 0 becomes (v[j] + v[j+h], v[j] - v[j+h]). The factor 128^-0.5
-//      is not applied to the values here; it is folded into steps 3 and 4 below.
+//   2. Hadamard, natural (Sylvester) order, as seven butterfly stages taken in the order
+//      h = 1, 2, 4, 32, 64, 8, 16 (kIndexerHadamardStages; any order gives the same transform in
+//      exact arithmetic, and this one lets the CUDA kernel run every stage inside a thread); in
+//      stage h every pair (j, j + h) with j & h == 0 becomes (v[j] + v[j+h], v[j] - v[j+h]).
+//      The factor 128^-0.5 is not applied to the values here; it is folded into steps 3 and 4.
 //   3. amax over the finite values y of step 2 (step 1 when no Hadamard); with the Hadamard,
 //      amax = amax(y) * fp32(128^-0.5) (rounded once; the same value as the amax of the rounded
 //      products y * fp32(128^-0.5), since rounding is monotonic). scale = max(amax, eps) * C,
@@ -25,6 +27,8 @@ namespace fp8ops {
 constexpr int kIndexerHeadDim = 128;
 constexpr int kIndexerRopeDim = 64;
 constexpr int kIndexerRopePairs = 32;
+// Step 2's stage order (the pair distance h of each butterfly stage).
+constexpr int kIndexerHadamardStages[7] = {1, 2, 4, 32, 64, 8, 16};
 // 128^-0.5 = 2^-3.5 rounded to fp32.
 constexpr float kInvSqrt128 = 0.08838834764831845f;
 
