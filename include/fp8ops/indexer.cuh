@@ -394,9 +394,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // shorter per-group path wins when there is little to overlap; from there four lanes (no
 // shuffles in the Hadamard and less repeated per-head work), with no register cap (a cap of 12
 // resident blocks measured slower). Two warps per block, and no more blocks than are resident at
-// once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB}
-// force the shape in benchmarking builds (FP8OPS_TUNING), and FP8OPS_TUNE_IDX_PERSIST=0 gives every
-// warp its own group instead.
+// once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape in benchmarking builds (FP8OPS_TUNING),
+// and FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own group instead.
 struct IndexerConfig {
   int lanes;       // per (token, head)
   int warps;       // per block
