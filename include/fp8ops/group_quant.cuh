@@ -41,6 +41,7 @@ __device__ __forceinline__ void allow_next_grid() {
 }
 
 // Launches kernel with programmatic stream serialization allowed (see wait_for_prior_grid).
+// Benchmarking builds (FP8OPS_TUNING) launch without it when FP8OPS_TUNE_PDL=0.
 template <typename... KArgs, typename... Args>
 cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attr[1];
@@ -53,6 +54,13 @@ cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cud
   config.stream = stream;
   config.attrs = attr;
   config.numAttrs = 1;
+#if defined(FP8OPS_TUNING)
+  static const bool pdl = [] {
+    const char* v = std::getenv("FP8OPS_TUNE_PDL");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  config.numAttrs = pdl ? 1 : 0;
+#endif
   return cudaLaunchKernelEx(&config, kernel, args...);
 }
 
