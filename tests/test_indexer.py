@@ -181,16 +181,28 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
     """More (token, head) items than the resident warps take at once, so that warps loop over
     several groups with the next one's loads in flight; an odd H leaves the last group partial and
     puts groups across tokens; inf/NaN in heads that are not the first ones a warp works on. Outputs
-    are poisoned first. Both launch shapes: eight lanes per head below 2^16 items, four from there."""
-    for B, H in ((4099, 7), (9363, 7)):
-        args = make_case(B, H=H)
+    are poisoned first. Both launch shapes (eight lanes per head below 2^16 items, four from there),
+    each with both input dtypes."""
+    for B, H, dtype in (
+        (4099, 7, torch.bfloat16),
+        (4099, 7, torch.float16),
+        (9363, 7, torch.bfloat16),
+        (9363, 7, torch.float16),
+    ):
+        args = make_case(B, H=H, dtype=dtype)
         q = args[0]
         q[4000, 3, 7] = float("inf")
         q[2500, 6, 120] = float("nan")
         q[B - 1, H - 1, 0] = float("-inf")
         cuda_args = on_cuda(args)
         check_cuda_matches_cpu(
-            args, cuda_args, f"B={B} H={H}", poison=True, rope_tail=rope_tail, rope_neox=rope_neox, hadamard=hadamard
+            args,
+            cuda_args,
+            f"B={B} H={H} {dtype}",
+            poison=True,
+            rope_tail=rope_tail,
+            rope_neox=rope_neox,
+            hadamard=hadamard,
         )
 
 
