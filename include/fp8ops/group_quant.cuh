@@ -40,6 +40,18 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
+#if defined(FP8OPS_TUNING)
+constexpr bool kTuningBuild = true;
+// Benchmarking builds only: the integer value of the environment variable name, or dflt when it
+// is not set (the FP8OPS_TUNE_* variables that force launch shapes).
+inline int tune_env(const char* name, int dflt) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : dflt;
+}
+#else
+constexpr bool kTuningBuild = false;
+#endif
+
 // Launches kernel with programmatic stream serialization allowed (see wait_for_prior_grid).
 // Benchmarking builds (FP8OPS_TUNING) launch without it when FP8OPS_TUNE_PDL=0.
 template <typename... KArgs, typename... Args>
@@ -55,10 +67,7 @@ cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cud
   config.attrs = attr;
   config.numAttrs = 1;
 #if defined(FP8OPS_TUNING)
-  static const bool pdl = [] {
-    const char* v = std::getenv("FP8OPS_TUNE_PDL");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool pdl = tune_env("FP8OPS_TUNE_PDL", 1) != 0;
   config.numAttrs = pdl ? 1 : 0;
 #endif
   return cudaLaunchKernelEx(&config, kernel, args...);
@@ -306,28 +315,18 @@ struct GroupQuantConfig {
 inline GroupQuantConfig tuned_config() {
   static const GroupQuantConfig c = [] {
     GroupQuantConfig c;
-    auto get = [](const char* name, int dflt) {
-      const char* v = std::getenv(name);
-      return v ? std::atoi(v) : dflt;
-    };
-    c.unroll = get("FP8OPS_TUNE_UNROLL", c.unroll);
-    c.mn_vec = get("FP8OPS_TUNE_MNVEC", c.mn_vec);
-    c.stream = get("FP8OPS_TUNE_STREAM", c.stream);
-    c.unroll_waves = get("FP8OPS_TUNE_WAVES", c.unroll_waves);
-    c.threads = std::min(get("FP8OPS_TUNE_THREADS", c.threads), kGroupQuantThreads);
-    c.small_threads = std::min(get("FP8OPS_TUNE_SMALL_THREADS", c.small_threads), kGroupQuantThreads);
+    c.unroll = tune_env("FP8OPS_TUNE_UNROLL", c.unroll);
+    c.mn_vec = tune_env("FP8OPS_TUNE_MNVEC", c.mn_vec);
+    c.stream = tune_env("FP8OPS_TUNE_STREAM", c.stream);
+    c.unroll_waves = tune_env("FP8OPS_TUNE_WAVES", c.unroll_waves);
+    c.threads = std::min(tune_env("FP8OPS_TUNE_THREADS", c.threads), kGroupQuantThreads);
+    c.small_threads = std::min(tune_env("FP8OPS_TUNE_SMALL_THREADS", c.small_threads), kGroupQuantThreads);
     return c;
   }();
   return c;
 }
 #else
 inline GroupQuantConfig tuned_config() { return GroupQuantConfig{}; }
-#endif
-
-#if defined(FP8OPS_TUNING)
-constexpr bool kTuningBuild = true;
-#else
-constexpr bool kTuningBuild = false;
 #endif
 
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, bool kMnVec>

@@ -15,7 +15,6 @@
 
 #include <cfloat>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -408,10 +407,10 @@ constexpr int64_t kIndexerWideFrom = int64_t(1) << 16;  // items from which the 
 inline IndexerConfig indexer_config(int64_t items) {
   IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true} : IndexerConfig{4, 2, 0, true};
 #if defined(FP8OPS_TUNING)
-  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_LANES")) c.lanes = std::atoi(v);
-  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_WARPS")) c.warps = std::atoi(v);
-  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_MINB")) c.min_blocks = std::atoi(v);
-  if (const char* v = std::getenv("FP8OPS_TUNE_IDX_PERSIST")) c.persist = std::atoi(v) != 0;
+  c.lanes = tune_env("FP8OPS_TUNE_IDX_LANES", c.lanes);
+  c.warps = tune_env("FP8OPS_TUNE_IDX_WARPS", c.warps);
+  c.min_blocks = tune_env("FP8OPS_TUNE_IDX_MINB", c.min_blocks);
+  c.persist = tune_env("FP8OPS_TUNE_IDX_PERSIST", c.persist) != 0;
 #endif
   return c;
 }
