@@ -18,8 +18,11 @@ import os
 import subprocess
 import sys
 
-# uN: N rows per thread; mn: MN-major scales written by vector stores; ld: non-coherent loads that
-# skip L1; tN: N threads per block (default 256; auto uses 128 for one-row grids, auto-t256 does not).
+# uN: N rows per thread (u2 with row-major fp32 scales: 2 groups of a row, unless MNVEC=0 and
+# GVEC=0); mn: MN-major scales written by vector stores; ld: non-coherent loads that skip L1; tN: N
+# threads per block (default 256; auto uses 128 for one-row grids, auto-t256 does not); nogv:
+# row-major scales without pairs of groups per thread; gather: packed words gathered by shuffles
+# on every path; gv2: pairs of groups per thread with MN-major fp32 scales too.
 GROUP_CONFIGS = {
     "auto": {},
     "u1": {"FP8OPS_TUNE_UNROLL": "1"},
@@ -32,6 +35,9 @@ GROUP_CONFIGS = {
     "u4mn": {"FP8OPS_TUNE_UNROLL": "4", "FP8OPS_TUNE_MNVEC": "1"},
     "u4mn-t128": {"FP8OPS_TUNE_UNROLL": "4", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_THREADS": "128"},
     "u2mn+ld": {"FP8OPS_TUNE_UNROLL": "2", "FP8OPS_TUNE_MNVEC": "1", "FP8OPS_TUNE_STREAM": "1"},
+    "auto-nogv": {"FP8OPS_TUNE_GVEC": "0"},
+    "auto-gather": {"FP8OPS_TUNE_GATHER": "1"},
+    "auto-gv2": {"FP8OPS_TUNE_GVEC": "2"},
 }
 # lN: N lanes per (token, head); wN: N warps per block; bN: at least N resident blocks asked of the
 # compiler (a register cap); -np: one group per warp (grid not capped at the resident blocks);
@@ -57,8 +63,15 @@ INDEXER_CONFIGS = {"auto": {}} | {
 
 PER_TOKEN = [  # (M, K, layout)
     *[(M, 7168, layout) for M in (1, 4, 16) for layout in ("row", "col_tma", "col_tma_packed")],
+    *[(M, 2048, layout) for M in (1, 4) for layout in ("row", "col_tma", "col_tma_packed")],
+    *[(M, 16384, layout) for M in (128, 512) for layout in ("row", "col_tma", "col_tma_packed")],
     (128, 7168, "col_tma"),
     (512, 7168, "col_tma"),
+    (512, 7168, "col_tma_packed"),
+    (2048, 7168, "row"),
+    (2048, 16384, "row"),
+    (8192, 2048, "row"),
+    (32768, 2048, "row"),
     (2048, 2048, "col_tma"),
     (2048, 7168, "col_tma"),
     (2048, 16384, "col_tma"),

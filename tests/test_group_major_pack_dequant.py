@@ -214,8 +214,9 @@ def test_group_major_cuda_bit_identical(dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("packed", (False, True))
 def test_group_major_cuda_padding_written_over_poison(packed):
-    # T = 4097: token padding rows in the scales; large enough for the multi-row kernel.
-    for T, G, D in ((1, 8, 512), (37, 8, 1024), (4097, 16, 512)):
+    # T = 4097: token padding rows in the scales; large enough for the multi-row kernel. G = 3 and
+    # 5: blocks with more row slots than rows, whose spare slots still zero padding rows.
+    for T, G, D in ((1, 8, 512), (1, 3, 512), (2, 5, 256), (37, 8, 1024), (4097, 16, 512)):
         x = strided_tgd(T, G, D, torch.bfloat16, device="cuda")
         q, s = poisoned_call(fp8ops.group_major_quant, x, False, packed)
         cq, cs = fp8ops.group_major_quant(x.cpu(), False, packed)

@@ -245,10 +245,17 @@ def test_cuda_bit_identical_to_cpu(dtype, group_size):
 
 @pytest.mark.gpu
 def test_cuda_large_grid_paths():
-    """Sizes large enough for the unrolled kernel, with every layout and dtype."""
+    """Sizes large enough for the unrolled kernel (two rows with MN-major scales, two groups of a
+    row with row-major ones, four rows otherwise), with every layout and dtype; with row-strided
+    and misaligned inputs, and with odd group counts (whose row-major scales cannot take 8-byte
+    stores)."""
     for dtype, layout in itertools.product(DTYPES, LAYOUTS):
         x = make_input((8195, 2048), dtype, device="cuda", nonfinite=True)
         cuda_equals_cpu(x, 128, layout, layout == "col", 4, 1e-10)
+        base = make_input((4099, 64 * 50), dtype, device="cuda", nonfinite=True)
+        cuda_equals_cpu(strided_rows(base, 64), 64, layout, True, 1, 1e-10)
+        cuda_equals_cpu(misaligned(base), 64, layout, False, 4, 1e-10)
+        cuda_equals_cpu(make_input((4099, 32 * 93), dtype, device="cuda"), 32, layout, False, 1, 1e-10)
 
 
 @pytest.mark.gpu

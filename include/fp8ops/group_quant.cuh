@@ -3,8 +3,9 @@
 // One launch writes q, the scales and every padding byte. Each group of kGroupSize elements is
 // handled by kLanes = kGroupSize / kVec consecutive threads, each loading 32 bytes (kVec elements)
 // and reducing the group's amax with shuffles inside those lanes. On large inputs a thread works
-// on kUnroll rows at a time, all loads issued before the first reduction, to keep enough bytes in
-// flight; with MN-major scales those rows are consecutive and their scales one vector store.
+// on kUnroll units (rows, or groups of one row) at a time, all loads issued before the first
+// reduction, to keep enough bytes in flight; where the layout allows, the units' scales are
+// consecutive words and one vector store writes them (UnitMap).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -130,51 +131,106 @@ __device__ __forceinline__ uint4 load16(const void* ptr) {
   }
 }
 
-// How the rows of the work grid map to (t, g), and to a thread's kUnroll rows:
-//  - kMnVec == false: row r = t * G + g over the T_q * G rows of q; a thread's rows are
-//    slot_step apart. Scale rows past T_q (TMA padding) are zeroed by the last q row.
-//  - kMnVec == true (scales MN-major: s_stride_t == 1, and 4-word aligned strides): row
-//    r = g * T_s + t over the G * T_s rows of the scale tensor, and a thread's kUnroll rows are
-//    consecutive t of one g, so their scales are kUnroll consecutive words that one vector store
-//    writes. Rows t >= T_q write scales only.
+// How a thread's kUnroll units (rows, or groups of one row) map to the work grid (t, g, s):
+//  - kRowsApart: row r = t * G + g over the T_q * G rows of q; a thread's units are rows
+//    slot_step apart, of one scale group.
+//  - kMnRows (scales MN-major: s_stride_t == 1, and 4-word aligned strides): row r = g * T_s + t
+//    over the G * T_s rows of the scale tensor; a thread's units are consecutive t of one g, so
+//    their scales are kUnroll consecutive words that one vector store writes. Rows t >= T_q
+//    write scales only.
+//  - kGroups (fp32 scales with s_stride_s == 1, 2-word aligned strides): rows as in kRowsApart,
+//    one per slot; a thread's two units are scale groups 2i and 2i + 1 of that row, whose scales
+//    are consecutive words that one 8-byte store writes.
+// Outside kMnRows, scale rows past T_q (TMA padding) have no work item: the grid's slots zero
+// them before their first loads.
+enum class UnitMap { kRowsApart, kMnRows, kGroups };
+
 struct RowMap {
   uint32_t t, g;
 };
 
 // The 2-D work grid: blockDim.x threads walk 32-byte chunks of a row (whole groups, since
-// blockDim.x is a multiple of kLanes), blockDim.y row slots are in flight per block, and the grid
-// strides over rows. Column-side offsets are computed once per thread; a row costs a few integer
-// operations and one multiply-shift division (by G, or by T_s with kMnVec).
-template <typename T, int kGroupSize, bool kVec16, int kUnroll, bool kMnVec, bool kStream>
+// blockDim.x is a multiple of kLanes; with kGroups a chunk is one per group of a pair), blockDim.y
+// row slots are in flight per block, and the grid strides over rows. Column-side offsets are
+// computed once per thread; a row costs a few integer operations and one multiply-shift division
+// (by G, or by T_s with kMnRows).
+template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap, bool kStream>
 __global__ void __launch_bounds__(kGroupQuantThreads, 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
                        const bool gather_words) {
   constexpr int kVec = kThreadBytes / sizeof(T);  // elements per thread and row
   constexpr int kHalf = kVec / 2;                 // elements per 16-byte load
   constexpr int kLanes = kGroupSize / kVec;
+  constexpr bool kMnVec = kMap == UnitMap::kMnRows;
+  constexpr bool kSVec = kMap == UnitMap::kGroups;
+  constexpr int kRowsPerUnit = kSVec ? 0 : 1;  // how far apart units are in rows (0: same row)
   static_assert(kLanes >= 1 && kLanes <= 32 && (32 % kLanes) == 0, "a group must tile a warp");
   static_assert(!kMnVec || kUnroll == 2 || kUnroll == 4, "vector scale stores need 2 or 4 rows");
+  static_assert(!kSVec || kUnroll == 2, "pairs of groups");
 
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const bool col_valid = chunk * kVec < p.D;
   const uint32_t lane = threadIdx.x % kLanes;
-  const int32_t s = static_cast<int32_t>(chunk / kLanes);
-  const int64_t col = chunk * kVec;  // element column, in x and in q
-  const int64_t scale_col = (p.packed ? s >> 2 : s) * p.s_stride_s;
+  // Scale group of each column of the thread (one, or kGroups' two), its element column (in x
+  // and in q) and its scale word column.
+  constexpr int kCols = kSVec ? kUnroll : 1;
+  int32_t s[kCols];
+  int64_t col[kCols], scale_col[kCols];
+  bool col_valid[kCols];
+#pragma unroll
+  for (int u = 0; u < kCols; ++u) {
+    // NOTES: the two forms are the same arithmetic; each kept where it measured fewer registers.
+    if constexpr (kSVec) {
+      s[u] = static_cast<int32_t>(chunk / kLanes) * 2 + u;
+      col[u] = static_cast<int64_t>(s[u]) * kGroupSize + lane * kVec;
+      col_valid[u] = s[u] < p.S;
+    } else {
+      s[u] = static_cast<int32_t>(chunk / kLanes);
+      col[u] = chunk * kVec;
+      col_valid[u] = col[u] < p.D;
+    }
+    scale_col[u] = (p.packed ? s[u] >> 2 : s[u]) * p.s_stride_s;
+  }
   const uint32_t slot_step = gridDim.y * blockDim.y;
   const T* __restrict__ x = static_cast<const T*>(p.x);
   wait_for_prior_grid();
   allow_next_grid();
 
+  // TMA padding rows of the scales outside kMnRows (T_q <= t < T_s, at most 3 per g): pad row
+  // r = (t - T_q) * G + g goes to slot r % slot_step and there to lane (r / slot_step) % kLanes
+  // of each group, so that a slot's few pad rows are one store per lane. Issued once, after the
+  // thread's first loads (or at the end when it has no rows), so that no load waits for them.
+  bool pad_pending = !kMnVec && p.T_s > p.T_q;
+  auto zero_pad_rows = [&] {
+    pad_pending = false;
+    const uint32_t pad_rows = static_cast<uint32_t>((p.T_s - p.T_q) * p.G);
+    for (uint32_t r = blockIdx.y * blockDim.y + threadIdx.y + lane * slot_step; r < pad_rows;
+         r += kLanes * slot_step) {
+      const uint32_t k = div_rows.div(r);
+      const int64_t row_word = (p.T_q + k) * p.s_stride_t + (r - k * div_rows.divisor) * p.s_stride_g;
+#pragma unroll
+      for (int u = 0; u < kCols; ++u) {
+        if (!col_valid[u]) continue;
+        if (!p.packed) {
+          static_cast<float*>(p.scale)[row_word + scale_col[u]] = 0.0f;
+        } else if ((s[u] & 3) == 0) {
+          static_cast<int32_t*>(p.scale)[row_word + scale_col[u]] = 0;
+        }
+      }
+    }
+  };
+
   // NOTES: the loop bound is the block's first slot, the same for every lane of a warp, so all
   // lanes make the same trips and the full-warp shuffles stay converged.
-  // A slot is one row (kMnVec == false: a thread's rows are slot_step apart) or kUnroll
-  // consecutive rows (kMnVec == true); either way a block's rows advance by slot_step * kUnroll.
-  for (uint32_t base = blockIdx.y * blockDim.y * (kMnVec ? kUnroll : 1); base < rows; base += slot_step * kUnroll) {
+  // A slot is one row (kRowsApart: a thread's rows are slot_step apart; kGroups: one row) or
+  // kUnroll consecutive rows (kMnRows); a block's rows advance by slot_step times the rows a
+  // thread has.
+  constexpr int kThreadRows = kSVec ? 1 : kUnroll;
+  for (uint32_t base = blockIdx.y * blockDim.y * (kMnVec ? kUnroll : 1); base < rows;
+       base += slot_step * kThreadRows) {
     uint4 raw[kUnroll][2];
     RowMap rm[kUnroll];
     bool live[kUnroll];  // the row exists in the work grid
-    bool data[kUnroll];  // the row holds x data (t < T)
+    bool data[kUnroll];  // the row holds x data (t < T) and the unit's group exists
     if constexpr (kMnVec) {
       const uint32_t r0 = base + threadIdx.y * kUnroll;
       const uint32_t g0 = div_rows.div(r0);
@@ -186,7 +242,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
     } else {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const uint32_t r = base + threadIdx.y + u * slot_step;
+        const uint32_t r = base + threadIdx.y + u * kRowsPerUnit * slot_step;
         const uint32_t t = div_rows.div(r);
         rm[u] = {t, r - t * div_rows.divisor};
         live[u] = r < rows;
@@ -194,8 +250,9 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      data[u] = col_valid && live[u] && rm[u].t < p.T;
-      const T* src = x + rm[u].t * p.x_stride_t + rm[u].g * p.x_stride_g + col;
+      const int cu = kSVec ? u : 0;  // the unit's column
+      data[u] = col_valid[cu] && live[u] && rm[u].t < p.T;
+      const T* src = x + rm[u].t * p.x_stride_t + rm[u].g * p.x_stride_g + col[cu];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if constexpr (kVec16) {
@@ -211,6 +268,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
         }
       }
     }
+    if (!kMnVec && pad_pending) zero_pad_rows();
     float scale[kUnroll];
     uint32_t packed_word[kUnroll];
 #pragma unroll
@@ -219,16 +277,17 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
 #pragma unroll
       for (int o = kLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
       scale[u] = group_scale(amax, p.eps, p.ue8m0);
-      // NOTES: packed scales: the first lane of every fourth group gathers the exponent bytes of
-      // its word's four groups (lanes kLanes apart) and stores the word whole, rather than four
-      // byte stores from four groups. Groups past S and rows past T contribute 0.
+      // NOTES: packed scales with MN-major vector stores: the first lane of every fourth group
+      // gathers the exponent bytes of its word's four groups (lanes kLanes apart) and stores the
+      // word whole. Groups past S and rows past T give 0.
       packed_word[u] = 0;
       if (gather_words) {
+        const int cu = kSVec ? u : 0;
         uint32_t e = data[u] ? ue8m0_exponent(scale[u]) : 0u;
 #pragma unroll
         for (int j = 1; j < 4; ++j) {
           const uint32_t ej = __shfl_down_sync(0xFFFFFFFFu, e, j * kLanes);
-          e |= ((s & 3) == 0 && s + j < p.S ? ej : 0u) << (8 * j);
+          e |= ((s[cu] & 3) == 0 && s[cu] + j < p.S ? ej : 0u) << (8 * j);
         }
         packed_word[u] = e;
       }
@@ -236,13 +295,14 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
 
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
+      const int cu = kSVec ? u : 0;
       // Rows below T_q always exist in q: data rows, then zero padding rows.
-      if (!col_valid || !live[u] || (kMnVec && rm[u].t >= p.T_q)) continue;
+      if (!col_valid[cu] || !live[u] || (kMnVec && rm[u].t >= p.T_q)) continue;
       const float rcp = __frcp_rn(scale[u]);
       uint32_t codes[2][sizeof(T) == 4 ? 1 : 2];
       quantize16<T>(raw[u][0], rcp, codes[0]);
       quantize16<T>(raw[u][1], rcp, codes[1]);
-      uint8_t* dst = p.q + (static_cast<int64_t>(rm[u].t) * p.G + rm[u].g) * p.D + col;
+      uint8_t* dst = p.q + (static_cast<int64_t>(rm[u].t) * p.G + rm[u].g) * p.D + col[cu];
       if constexpr (sizeof(T) == 4) {
         *reinterpret_cast<uint2*>(dst) = make_uint2(codes[0][0], codes[1][0]);
       } else {
@@ -250,57 +310,63 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
       }
     }
 
-    if (lane != 0 || !col_valid) continue;
+    if (lane != 0 || !col_valid[0]) continue;
     if constexpr (kMnVec) {
       // kUnroll consecutive scale words of one (g, s), written by one vector store.
-      if (!live[0] || (p.packed && (s & 3) != 0)) continue;
+      if (!live[0] || (p.packed && (s[0] & 3) != 0)) continue;
       uint32_t w[kUnroll];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) w[u] = p.packed ? packed_word[u] : (data[u] ? float_bits(scale[u]) : 0u);
-      uint32_t* dst = static_cast<uint32_t*>(p.scale) + rm[0].g * p.s_stride_g + rm[0].t + scale_col;
+      uint32_t* dst = static_cast<uint32_t*>(p.scale) + rm[0].g * p.s_stride_g + rm[0].t + scale_col[0];
       if constexpr (kUnroll == 4) {
         *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
       } else {
         *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
       }
+    } else if constexpr (kSVec) {
+      // The scales of groups s and s + 1 of one row (fp32): one 8-byte store when they are
+      // consecutive (the launcher checked the alignment), else one word each; one word when s is
+      // the row's last group.
+      if (!live[0]) continue;
+      float* dst = static_cast<float*>(p.scale) + rm[0].t * p.s_stride_t + rm[0].g * p.s_stride_g;
+      const float w0 = data[0] ? scale[0] : 0.0f, w1 = data[1] ? scale[1] : 0.0f;
+      if (p.s_stride_s == 1 && col_valid[1]) {
+        *reinterpret_cast<float2*>(dst + scale_col[0]) = make_float2(w0, w1);
+      } else {
+        dst[scale_col[0]] = w0;
+        if (col_valid[1]) dst[scale_col[1]] = w1;
+      }
     } else {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         if (!live[u]) continue;
-        const int64_t row_word = rm[u].t * p.s_stride_t + rm[u].g * p.s_stride_g;
+        const int64_t word = rm[u].t * p.s_stride_t + rm[u].g * p.s_stride_g + scale_col[0];
         if (!p.packed) {
-          static_cast<float*>(p.scale)[row_word + scale_col] = data[u] ? scale[u] : 0.0f;
+          static_cast<float*>(p.scale)[word] = data[u] ? scale[u] : 0.0f;
         } else if (gather_words) {
-          if ((s & 3) == 0) static_cast<int32_t*>(p.scale)[row_word + scale_col] = static_cast<int32_t>(packed_word[u]);
+          if ((s[0] & 3) == 0) static_cast<int32_t*>(p.scale)[word] = static_cast<int32_t>(packed_word[u]);
         } else {
-          uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(p.scale) + row_word + scale_col);
-          bytes[s & 3] = data[u] ? static_cast<uint8_t>(ue8m0_exponent(scale[u])) : 0;
-          // NOTES: the last group also zeroes the unused bytes of its word (groups >= S).
-          if (s == p.S - 1) {
-            for (int j = (s & 3) + 1; j < 4; ++j) bytes[j] = 0;
-          }
-        }
-        // NOTES: scale rows past q's rows (TMA alignment, at most 3) get no work items of their
-        // own here: the last q row zeroes them, so that M = 1 costs 1 row of threads and not 4.
-        if (rm[u].t == p.T_q - 1) {
-          for (int64_t tp = p.T_q; tp < p.T_s; ++tp) {
-            const int64_t pad_word = tp * p.s_stride_t + rm[u].g * p.s_stride_g + scale_col;
-            if (!p.packed) {
-              static_cast<float*>(p.scale)[pad_word] = 0.0f;
-            } else if ((s & 3) == 0) {
-              static_cast<int32_t*>(p.scale)[pad_word] = 0;
-            }
+          // NOTES: the four groups of a word store their own bytes (lanes of one warp when the row
+          // tile holds whole words, so one request); the last group also zeroes the word's unused
+          // bytes (groups >= S).
+          uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(p.scale) + word);
+          bytes[s[0] & 3] = data[u] ? static_cast<uint8_t>(ue8m0_exponent(scale[u])) : 0;
+          if (s[0] == p.S - 1) {
+            for (int j = (s[0] & 3) + 1; j < 4; ++j) bytes[j] = 0;
           }
         }
       }
     }
   }
+  if (!kMnVec && pad_pending) zero_pad_rows();
 }
 
 // Launch configuration of the group quantization kernel.
 struct GroupQuantConfig {
-  int unroll = 0;                    // rows per thread: 1, 2 or 4; 0 chooses by size
+  int unroll = 0;                    // units per thread: 1, 2 or 4; 0 chooses by size
   int mn_vec = -1;                   // vector scale stores when the layout allows: 0, 1; -1 chooses
+  int group_vec = -1;                // row-major fp32 scales: pairs of groups per thread (kGroups): 0, 1; -1 chooses
+  int gather = -1;                   // packed words gathered by shuffles outside kMnRows: 0, 1; -1 chooses
   int stream = -1;                   // streaming loads: 0, 1; -1 chooses
   int threads = kGroupQuantThreads;  // per block, at most kGroupQuantThreads
   int small_threads = 128;           // per block when the grid is small (one row per thread)
@@ -310,13 +376,15 @@ struct GroupQuantConfig {
 
 #if defined(FP8OPS_TUNING)
 // Benchmarking builds only: the configuration can be forced through the environment
-// (FP8OPS_TUNE_UNROLL, FP8OPS_TUNE_MNVEC, FP8OPS_TUNE_STREAM, FP8OPS_TUNE_WAVES,
-// FP8OPS_TUNE_THREADS, FP8OPS_TUNE_SMALL_THREADS), read once.
+// (FP8OPS_TUNE_UNROLL, FP8OPS_TUNE_MNVEC, FP8OPS_TUNE_GVEC, FP8OPS_TUNE_GATHER, FP8OPS_TUNE_STREAM,
+// FP8OPS_TUNE_WAVES, FP8OPS_TUNE_THREADS, FP8OPS_TUNE_SMALL_THREADS), read once.
 inline GroupQuantConfig tuned_config() {
   static const GroupQuantConfig c = [] {
     GroupQuantConfig c;
     c.unroll = tune_env("FP8OPS_TUNE_UNROLL", c.unroll);
     c.mn_vec = tune_env("FP8OPS_TUNE_MNVEC", c.mn_vec);
+    c.group_vec = tune_env("FP8OPS_TUNE_GVEC", c.group_vec);
+    c.gather = tune_env("FP8OPS_TUNE_GATHER", c.gather);
     c.stream = tune_env("FP8OPS_TUNE_STREAM", c.stream);
     c.unroll_waves = tune_env("FP8OPS_TUNE_WAVES", c.unroll_waves);
     c.threads = std::min(tune_env("FP8OPS_TUNE_THREADS", c.threads), kGroupQuantThreads);
@@ -329,23 +397,23 @@ inline GroupQuantConfig tuned_config() {
 inline GroupQuantConfig tuned_config() { return GroupQuantConfig{}; }
 #endif
 
-template <typename T, int kGroupSize, bool kVec16, int kUnroll, bool kMnVec>
+template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap>
 cudaError_t launch_group_quant_kernel(bool stream_loads, dim3 grid, dim3 block, cudaStream_t stream,
                                       const GroupQuantParams& p, const FastDivmod& div, uint32_t rows,
                                       bool gather_words) {
   if constexpr (kTuningBuild) {
     if (stream_loads) {
-      return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMnVec, true>, grid, block, stream, p,
+      return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, true>, grid, block, stream, p,
                              div, rows, gather_words);
     }
   }
-  return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMnVec, false>, grid, block, stream, p, div,
+  return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, false>, grid, block, stream, p, div,
                          rows, gather_words);
 }
 
 // Block shape and unroll for the 2-D grid: blockDim.x the largest power of two (<= 256) that
 // divides the row's chunk count, so no lane idles, unless that is under a warp; blockDim.y fills
-// the block up to 256 threads but not past the row count. Several rows per thread once the grid
+// the block up to 256 threads but not past the row count. Several units per thread once the grid
 // would span several full waves, so that large inputs keep more bytes in flight per thread.
 template <typename T, int kGroupSize, bool kVec16>
 cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cudaStream_t stream) {
@@ -353,7 +421,7 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
   constexpr uint32_t kLanes = kGroupSize / kVec;
   const GroupQuantConfig cfg = tuned_config();
   const uint32_t q_rows = static_cast<uint32_t>(p.T_q * p.G);
-  const uint32_t chunks = static_cast<uint32_t>(p.D / kVec);
+  uint32_t chunks = static_cast<uint32_t>(p.D / kVec);
   uint32_t bx = 1, by = 1;
   auto shape_block = [&](uint32_t threads) {
     bx = 1;
@@ -368,38 +436,57 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
   shape_block(static_cast<uint32_t>(cfg.threads));
   const uint32_t wave = static_cast<uint32_t>(sm_count) * cfg.wave_blocks;
   // NOTES: measured on the H200 (docs/PERF.md, launch-shape sweep): one row per thread, in blocks
-  // of 128 threads, until the grid of 256-thread blocks spans several waves; then 2 rows per thread
-  // with MN-major vector scale stores, or 4 rows otherwise.
+  // of 128 threads, until the grid of 256-thread blocks spans several waves; then two units per
+  // thread whose scales one vector store writes (2 rows with MN-major scales, 2 groups with
+  // row-major fp32 scales), or 4 rows otherwise.
   const bool auto_unroll = cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4;
   const uint64_t blocks = static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
   const bool small = blocks < static_cast<uint64_t>(cfg.unroll_waves) * wave;
   if (auto_unroll && small && cfg.small_threads > 0) shape_block(static_cast<uint32_t>(cfg.small_threads));
-  const uint32_t grid_x = (chunks + bx - 1) / bx;
   // A packed word's four groups sit in one warp and one row when the row tile holds whole words.
-  const bool gather_words = p.packed && 4 * kLanes <= 32 && bx % (4 * kLanes) == 0;
-  // Vector scale stores: MN-major scales whose rows come in whole vectors at aligned offsets.
+  const bool whole_words = p.packed && 4 * kLanes <= 32 && bx % (4 * kLanes) == 0;
+  // Vector scale stores: MN-major scales whose rows come in whole vectors at aligned offsets, or
+  // fp32 scales consecutive along s with 8-byte aligned rows.
   const bool mn_layout = p.s_stride_t == 1 && p.T_s % 4 == 0 && p.s_stride_s % 4 == 0 && p.s_stride_g % 4 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 && (!p.packed || gather_words);
-  int unroll = !auto_unroll ? cfg.unroll : small ? 1 : mn_layout && cfg.mn_vec != 0 ? 2 : 4;
-  const bool mn_vec = unroll > 1 && mn_layout && cfg.mn_vec != 0;
-  // Shapes instantiated everywhere: 1 row; 2 rows with vector scale stores; 4 rows. The others
-  // exist in benchmarking builds only.
-  if (!kTuningBuild && unroll > 1) unroll = mn_vec ? 2 : 4;
+                         reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 && (!p.packed || whole_words);
+  const bool s_layout = !p.packed && p.s_stride_s == 1 && p.s_stride_t % 2 == 0 && p.s_stride_g % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(p.scale) % 8 == 0;
+  // Benchmarking builds: FP8OPS_TUNE_GVEC=2 also gives MN-major fp32 scales pairs of groups (one
+  // scalar store per group).
+  const bool s_forced = kTuningBuild && cfg.group_vec == 2 && !p.packed && p.s_stride_s != 1;
+  const bool mn_ok = mn_layout && cfg.mn_vec != 0 && !s_forced, s_ok = (s_layout && cfg.group_vec != 0) || s_forced;
+  int unroll = !auto_unroll ? cfg.unroll : small ? 1 : mn_ok || s_ok ? 2 : 4;
+  const bool mn_vec = unroll > 1 && mn_ok;
+  const bool s_vec = unroll == 2 && !mn_vec && s_ok;
+  // Shapes instantiated everywhere: 1 row; 2 rows with MN-major vector stores; 2 groups; 4 rows.
+  // The others exist in benchmarking builds only.
+  if (!kTuningBuild && unroll > 1) unroll = mn_vec || s_vec ? 2 : 4;
+  // Outside kMnRows a packed word is gathered only when asked (benchmarking builds): its groups
+  // store their bytes themselves, with no shuffles on the way to the store.
+  const bool gather_words = whole_words && (mn_vec || cfg.gather == 1);
+  if (s_vec) {
+    // Chunks of the pairs of groups: kLanes per pair.
+    chunks = static_cast<uint32_t>((p.S + 1) / 2) * kLanes;
+    shape_block(static_cast<uint32_t>(cfg.threads));
+  }
+  const uint32_t grid_x = (chunks + bx - 1) / bx;
   const bool stream_loads = kTuningBuild && cfg.stream == 1;
   const uint32_t rows = mn_vec ? static_cast<uint32_t>(p.T_s * p.G) : q_rows;
-  const uint32_t rows_per_block = by * unroll;
+  const uint32_t rows_per_block = by * (s_vec ? 1 : unroll);
   const uint32_t grid_y = std::min<uint32_t>((rows + rows_per_block - 1) / rows_per_block, 65535u);
   const FastDivmod div(static_cast<uint32_t>(mn_vec ? p.T_s : p.G));
   const dim3 grid(grid_x, grid_y), block(bx, by);
-#define FP8OPS_LAUNCH(U, MN) \
-  launch_group_quant_kernel<T, kGroupSize, kVec16, U, MN>(stream_loads, grid, block, stream, p, div, rows, gather_words)
-  if (unroll == 1) return FP8OPS_LAUNCH(1, false);
-  if (mn_vec && unroll == 2) return FP8OPS_LAUNCH(2, true);
+#define FP8OPS_LAUNCH(U, MAP)                                                                                 \
+  launch_group_quant_kernel<T, kGroupSize, kVec16, U, UnitMap::MAP>(stream_loads, grid, block, stream, p, div, \
+                                                                     rows, gather_words)
+  if (unroll == 1) return FP8OPS_LAUNCH(1, kRowsApart);
+  if (mn_vec && unroll == 2) return FP8OPS_LAUNCH(2, kMnRows);
+  if (s_vec) return FP8OPS_LAUNCH(2, kGroups);
   if constexpr (kTuningBuild) {
-    if (mn_vec) return FP8OPS_LAUNCH(4, true);
-    if (unroll == 2) return FP8OPS_LAUNCH(2, false);
+    if (mn_vec) return FP8OPS_LAUNCH(4, kMnRows);
+    if (unroll == 2) return FP8OPS_LAUNCH(2, kRowsApart);
   }
-  return FP8OPS_LAUNCH(4, false);
+  return FP8OPS_LAUNCH(4, kRowsApart);
 #undef FP8OPS_LAUNCH
 }
 
