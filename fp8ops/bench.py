@@ -286,6 +286,20 @@ def _group_major(x, packed):
     return fp8ops.group_major_quant(x, packed=packed)
 
 
+def batched_scales_reference(ue8m0: bool):
+    """torch.compile'd torch expression of a per-group quantizer of [T, G, D] whose fp32 scales
+    (UE8M0 values with ue8m0) come out as [G, T, S] contiguous, the input on which DeepGEMM's
+    layout helpers run their transpose (and pack) kernel. Its own function per setting, so that
+    each has its own compile cache."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+
+    def f(x):
+        q, s = ref.quant_groups(x, 128, ue8m0, 1e-10)
+        return q.contiguous(), s.permute(1, 0, 2).contiguous()
+
+    return torch.compile(f, fullgraph=True, dynamic=True)
+
+
 def group_major_inputs(T: int, G: int, D: int):
     """Argument sets of bf16 strided [T, G, D] views (column slices of a wider activation), rotated
     past L2."""
@@ -301,6 +315,7 @@ def bench_group_major(dg, copy_tbps):
         p: torch.compile(functools.partial(ref.group_major_quant, packed=p), fullgraph=True, dynamic=True)
         for p in (False, True)
     }
+    compiled_batched = {p: batched_scales_reference(ue8m0=p) for p in (False, True)}
     for T in (1, 8, 64, 512, 4096):
         for G in (8, 16):
             for D in (512, 4096):
@@ -311,12 +326,24 @@ def bench_group_major(dg, copy_tbps):
                     row = {"T": T, "G": G, "D": D, "packed": packed, "bytes": nbytes}
                     row["fp8ops_us"] = graph_time_us(functools.partial(_group_major, packed=packed), xs)
                     row["compiled_ref_us"] = graph_time_us(compiled[packed], xs)
+                    if dg is not None:
+                        # The route without fp8ops: the compiled reference, then DeepGEMM's helper
+                        # to the same group-major layout (MN-major per group, packed or not).
+                        transform = (
+                            dg.get_mn_major_tma_aligned_packed_ue8m0_tensor
+                            if packed
+                            else dg.get_mn_major_tma_aligned_tensor
+                        )
+                        row["compiled_ref_plus_dg_transform_us"] = graph_time_us(
+                            functools.partial(_scales_then, transform, compiled_batched[packed]), xs
+                        )
                     row["pct_of_copy"] = 100.0 * nbytes / (row["fp8ops_us"] * 1e-6) / 1e12 / copy_tbps
                     rows.append(row)
                     log(
                         f"  group-major T={T:5d} G={G:3d} D={D:5d} packed={packed!s:5s} fp8ops "
                         f"{row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), compiled ref "
-                        f"{row['compiled_ref_us']:8.2f} us"
+                        f"{row['compiled_ref_us']:8.2f} us, compiled ref + DeepGEMM transform "
+                        f"{row.get('compiled_ref_plus_dg_transform_us', float('nan')):8.2f} us"
                     )
     pack_rows = []
     for M, S in ((128, 56), (4096, 56), (32768, 56), (32768, 128)):
@@ -493,11 +520,11 @@ def print_tables(res: dict) -> None:
             )
     if "group_major" in res:
         print("\ngroup_major_quant, bf16 strided [T, G, D] (us per call)")
-        print(f"{'T':>5} {'G':>3} {'D':>5} {'packed':>6} {'fp8ops':>9} {'%copy':>6} {'compiled':>9}")
+        print(f"{'T':>5} {'G':>3} {'D':>5} {'packed':>6} {'fp8ops':>9} {'%copy':>6} {'compiled':>9} {'ref+DGtr':>9}")
         for r in res["group_major"]:
             print(
                 f"{r['T']:5d} {r['G']:3d} {r['D']:5d} {r['packed']!s:>6} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
-                f"{r['compiled_ref_us']:9.2f}"
+                f"{r['compiled_ref_us']:9.2f} {r.get('compiled_ref_plus_dg_transform_us', float('nan')):9.2f}"
             )
         print("\npack_ue8m0 (us per call)")
         for r in res["pack_ue8m0"]:
