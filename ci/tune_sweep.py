@@ -22,7 +22,8 @@ import sys
 # GVEC=0); mn: MN-major scales written by vector stores; ld: non-coherent loads that skip L1; tN: N
 # threads per block (default 256; auto uses 128 for one-row grids, auto-t256 does not); nogv:
 # row-major scales without pairs of groups per thread; gather: packed words gathered by shuffles
-# on every path; gv2: pairs of groups per thread with MN-major fp32 scales too.
+# on every path; gv2: pairs of groups per thread with MN-major fp32 scales too; nomns: one-row
+# grids with per-token MN-major scales shaped like the others (a warp across groups, not rows).
 GROUP_CONFIGS = {
     "auto": {},
     "u1": {"FP8OPS_TUNE_UNROLL": "1"},
@@ -38,6 +39,7 @@ GROUP_CONFIGS = {
     "auto-nogv": {"FP8OPS_TUNE_GVEC": "0"},
     "auto-gather": {"FP8OPS_TUNE_GATHER": "1"},
     "auto-gv2": {"FP8OPS_TUNE_GVEC": "2"},
+    "auto-nomns": {"FP8OPS_TUNE_MNSMALL": "0"},
 }
 # lN: N lanes per (token, head); wN: N warps per block; bN: at least N resident blocks asked of the
 # compiler (a register cap); -np: one group per warp (grid not capped at the resident blocks);
@@ -65,6 +67,7 @@ PER_TOKEN = [  # (M, K, layout)
     *[(M, 7168, layout) for M in (1, 4, 16) for layout in ("row", "col_tma", "col_tma_packed")],
     *[(M, 2048, layout) for M in (1, 4) for layout in ("row", "col_tma", "col_tma_packed")],
     *[(M, 16384, layout) for M in (128, 512) for layout in ("row", "col_tma", "col_tma_packed")],
+    *[(M, K, layout) for M, K in ((64, 7168), (128, 2048), (512, 2048)) for layout in ("row", "col_tma", "col_tma_packed")],
     (128, 7168, "col_tma"),
     (512, 7168, "col_tma"),
     (512, 7168, "col_tma_packed"),

@@ -367,6 +367,7 @@ struct GroupQuantConfig {
   int mn_vec = -1;                   // vector scale stores when the layout allows: 0, 1; -1 chooses
   int group_vec = -1;                // row-major fp32 scales: pairs of groups per thread (kGroups): 0, 1; -1 chooses
   int gather = -1;                   // packed words gathered by shuffles outside kMnRows: 0, 1; -1 chooses
+  int mn_small = -1;                 // one-row grids, per-token MN-major fp32 scales: rows along warps: 0, 1; -1 chooses
   int stream = -1;                   // streaming loads: 0, 1; -1 chooses
   int threads = kGroupQuantThreads;  // per block, at most kGroupQuantThreads
   int small_threads = 128;           // per block when the grid is small (one row per thread)
@@ -376,8 +377,8 @@ struct GroupQuantConfig {
 
 #if defined(FP8OPS_TUNING)
 // Benchmarking builds only: the configuration can be forced through the environment
-// (FP8OPS_TUNE_UNROLL, FP8OPS_TUNE_MNVEC, FP8OPS_TUNE_GVEC, FP8OPS_TUNE_GATHER, FP8OPS_TUNE_STREAM,
-// FP8OPS_TUNE_WAVES, FP8OPS_TUNE_THREADS, FP8OPS_TUNE_SMALL_THREADS), read once.
+// (FP8OPS_TUNE_UNROLL, FP8OPS_TUNE_MNVEC, FP8OPS_TUNE_GVEC, FP8OPS_TUNE_GATHER, FP8OPS_TUNE_MNSMALL,
+// FP8OPS_TUNE_STREAM, FP8OPS_TUNE_WAVES, FP8OPS_TUNE_THREADS, FP8OPS_TUNE_SMALL_THREADS), read once.
 inline GroupQuantConfig tuned_config() {
   static const GroupQuantConfig c = [] {
     GroupQuantConfig c;
@@ -385,6 +386,7 @@ inline GroupQuantConfig tuned_config() {
     c.mn_vec = tune_env("FP8OPS_TUNE_MNVEC", c.mn_vec);
     c.group_vec = tune_env("FP8OPS_TUNE_GVEC", c.group_vec);
     c.gather = tune_env("FP8OPS_TUNE_GATHER", c.gather);
+    c.mn_small = tune_env("FP8OPS_TUNE_MNSMALL", c.mn_small);
     c.stream = tune_env("FP8OPS_TUNE_STREAM", c.stream);
     c.unroll_waves = tune_env("FP8OPS_TUNE_WAVES", c.unroll_waves);
     c.threads = std::min(tune_env("FP8OPS_TUNE_THREADS", c.threads), kGroupQuantThreads);
@@ -442,7 +444,21 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
   const bool auto_unroll = cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4;
   const uint64_t blocks = static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
   const bool small = blocks < static_cast<uint64_t>(cfg.unroll_waves) * wave;
-  if (auto_unroll && small && cfg.small_threads > 0) shape_block(static_cast<uint32_t>(cfg.small_threads));
+  if (auto_unroll && small && cfg.small_threads > 0) {
+    shape_block(static_cast<uint32_t>(cfg.small_threads));
+    // NOTES: one row per thread with per-token MN-major fp32 scales (G == 1): a warp takes one
+    // group of up to 32 / kLanes consecutive rows (more groups only when there are fewer rows), so
+    // that the scale words its first lanes store are consecutive, one segment, instead of one
+    // word in each of its groups' columns (sweep 15: M=64 K=7168 col_tma 1.59 us against 1.83).
+    // Packed scales keep a warp across groups: their bytes then share one word (measured equal or
+    // faster).
+    if (p.s_stride_t == 1 && p.G == 1 && !p.packed && cfg.mn_small != 0 && q_rows > 1) {
+      bx = kLanes;
+      while (bx < 32 && bx * q_rows < 32) bx *= 2;
+      by = 1;
+      while (bx * by < static_cast<uint32_t>(cfg.small_threads) && by < q_rows) by *= 2;
+    }
+  }
   // A packed word's four groups sit in one warp and one row when the row tile holds whole words.
   const bool whole_words = p.packed && 4 * kLanes <= 32 && bx % (4 * kLanes) == 0;
   // Vector scale stores: MN-major scales whose rows come in whole vectors at aligned offsets, or
@@ -451,10 +467,13 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
                          reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 && (!p.packed || whole_words);
   const bool s_layout = !p.packed && p.s_stride_s == 1 && p.s_stride_t % 2 == 0 && p.s_stride_g % 2 == 0 &&
                         reinterpret_cast<uintptr_t>(p.scale) % 8 == 0;
-  // Benchmarking builds: FP8OPS_TUNE_GVEC=2 also gives MN-major fp32 scales pairs of groups (one
-  // scalar store per group).
-  const bool s_forced = kTuningBuild && cfg.group_vec == 2 && !p.packed && p.s_stride_s != 1;
-  const bool mn_ok = mn_layout && cfg.mn_vec != 0 && !s_forced, s_ok = (s_layout && cfg.group_vec != 0) || s_forced;
+  // NOTES: group-major fp32 scales (G > 1, MN-major) also take pairs of groups, with one word
+  // store per group: a thread's two rows would be a token stride apart in x, and pairs of groups
+  // measured 3-5% faster there (sweep 14). Per-token MN-major scales keep pairs of rows.
+  // Benchmarking builds: FP8OPS_TUNE_GVEC=2 gives every MN-major fp32 layout pairs of groups.
+  const bool s_mn = !p.packed && p.s_stride_s != 1 && (p.G > 1 || (kTuningBuild && cfg.group_vec == 2));
+  const bool s_ok = (s_layout || s_mn) && cfg.group_vec != 0;
+  const bool mn_ok = mn_layout && cfg.mn_vec != 0 && !(s_mn && s_ok);
   int unroll = !auto_unroll ? cfg.unroll : small ? 1 : mn_ok || s_ok ? 2 : 4;
   const bool mn_vec = unroll > 1 && mn_ok;
   const bool s_vec = unroll == 2 && !mn_vec && s_ok;
