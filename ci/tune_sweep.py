@@ -67,7 +67,11 @@ PER_TOKEN = [  # (M, K, layout)
     *[(M, 7168, layout) for M in (1, 4, 16) for layout in ("row", "col_tma", "col_tma_packed")],
     *[(M, 2048, layout) for M in (1, 4) for layout in ("row", "col_tma", "col_tma_packed")],
     *[(M, 16384, layout) for M in (128, 512) for layout in ("row", "col_tma", "col_tma_packed")],
-    *[(M, K, layout) for M, K in ((64, 7168), (128, 2048), (512, 2048)) for layout in ("row", "col_tma", "col_tma_packed")],
+    *[
+        (M, K, layout)
+        for M, K in ((64, 7168), (128, 2048), (512, 2048))
+        for layout in ("row", "col_tma", "col_tma_packed")
+    ],
     (128, 7168, "col_tma"),
     (512, 7168, "col_tma"),
     (512, 7168, "col_tma_packed"),

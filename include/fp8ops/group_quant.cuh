@@ -203,8 +203,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
   auto zero_pad_rows = [&] {
     pad_pending = false;
     const uint32_t pad_rows = static_cast<uint32_t>((p.T_s - p.T_q) * p.G);
-    for (uint32_t r = blockIdx.y * blockDim.y + threadIdx.y + lane * slot_step; r < pad_rows;
-         r += kLanes * slot_step) {
+    for (uint32_t r = blockIdx.y * blockDim.y + threadIdx.y + lane * slot_step; r < pad_rows; r += kLanes * slot_step) {
       const uint32_t k = div_rows.div(r);
       const int64_t row_word = (p.T_q + k) * p.s_stride_t + (r - k * div_rows.divisor) * p.s_stride_g;
 #pragma unroll
@@ -225,8 +224,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
   // kUnroll consecutive rows (kMnRows); a block's rows advance by slot_step times the rows a
   // thread has.
   constexpr int kThreadRows = kSVec ? 1 : kUnroll;
-  for (uint32_t base = blockIdx.y * blockDim.y * (kMnVec ? kUnroll : 1); base < rows;
-       base += slot_step * kThreadRows) {
+  for (uint32_t base = blockIdx.y * blockDim.y * (kMnVec ? kUnroll : 1); base < rows; base += slot_step * kThreadRows) {
     uint4 raw[kUnroll][2];
     RowMap rm[kUnroll];
     bool live[kUnroll];  // the row exists in the work grid
@@ -361,14 +359,15 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
   if (!kMnVec && pad_pending) zero_pad_rows();
 }
 
-// Launch configuration of the group quantization kernel.
+// Launch configuration of the group quantization kernel. A switch at -1 (unroll at 0) lets the
+// launcher choose; the others force it (benchmarking builds, through tuned_config).
 struct GroupQuantConfig {
   int unroll = 0;                    // units per thread: 1, 2 or 4; 0 chooses by size
-  int mn_vec = -1;                   // vector scale stores when the layout allows: 0, 1; -1 chooses
-  int group_vec = -1;                // row-major fp32 scales: pairs of groups per thread (kGroups): 0, 1; -1 chooses
-  int gather = -1;                   // packed words gathered by shuffles outside kMnRows: 0, 1; -1 chooses
-  int mn_small = -1;                 // one-row grids, per-token MN-major fp32 scales: rows along warps: 0, 1; -1 chooses
-  int stream = -1;                   // streaming loads: 0, 1; -1 chooses
+  int mn_vec = -1;                   // MN-major vector scale stores when the layout allows: 0, 1
+  int group_vec = -1;                // pairs of groups per thread (kGroups) for fp32 scales: 0, 1 (2: any)
+  int gather = -1;                   // packed words gathered by shuffles outside kMnRows: 0, 1
+  int mn_small = -1;                 // one-row grids, per-token MN-major fp32 scales, rows along warps
+  int stream = -1;                   // streaming loads: 0, 1
   int threads = kGroupQuantThreads;  // per block, at most kGroupQuantThreads
   int small_threads = 128;           // per block when the grid is small (one row per thread)
   int wave_blocks = 6;               // resident blocks per SM assumed when counting waves
@@ -495,9 +494,9 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
   const uint32_t grid_y = std::min<uint32_t>((rows + rows_per_block - 1) / rows_per_block, 65535u);
   const FastDivmod div(static_cast<uint32_t>(mn_vec ? p.T_s : p.G));
   const dim3 grid(grid_x, grid_y), block(bx, by);
-#define FP8OPS_LAUNCH(U, MAP)                                                                                 \
-  launch_group_quant_kernel<T, kGroupSize, kVec16, U, UnitMap::MAP>(stream_loads, grid, block, stream, p, div, \
-                                                                     rows, gather_words)
+#define FP8OPS_LAUNCH(U, MAP)                                                                                        \
+  launch_group_quant_kernel<T, kGroupSize, kVec16, U, UnitMap::MAP>(stream_loads, grid, block, stream, p, div, rows, \
+                                                                    gather_words)
   if (unroll == 1) return FP8OPS_LAUNCH(1, kRowsApart);
   if (mn_vec && unroll == 2) return FP8OPS_LAUNCH(2, kMnRows);
   if (s_vec) return FP8OPS_LAUNCH(2, kGroups);
