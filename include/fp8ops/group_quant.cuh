@@ -138,11 +138,11 @@ __device__ __forceinline__ uint4 load16(const void* ptr) {
 //    over the G * T_s rows of the scale tensor; a thread's units are consecutive t of one g, so
 //    their scales are kUnroll consecutive words that one vector store writes. Rows t >= T_q
 //    write scales only.
-//  - kGroups (fp32 scales with s_stride_s == 1, 2-word aligned strides): rows as in kRowsApart,
-//    one per slot; a thread's two units are scale groups 2i and 2i + 1 of that row, whose scales
-//    are consecutive words that one 8-byte store writes.
+//  - kGroups (fp32 scales): rows as in kRowsApart, one per slot; a thread's two units are scale
+//    groups 2i and 2i + 1 of that row. With s_stride_s == 1 (and 2-word aligned strides) their
+//    scales are consecutive words that one 8-byte store writes; otherwise one word each.
 // Outside kMnRows, scale rows past T_q (TMA padding) have no work item: the grid's slots zero
-// them before their first loads.
+// them right after their first loads (zero_pad_rows in the kernel).
 enum class UnitMap { kRowsApart, kMnRows, kGroups };
 
 struct RowMap {
@@ -468,7 +468,7 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
                         reinterpret_cast<uintptr_t>(p.scale) % 8 == 0;
   // NOTES: group-major fp32 scales (G > 1, MN-major) also take pairs of groups, with one word
   // store per group: a thread's two rows would be a token stride apart in x, and pairs of groups
-  // measured 3-5% faster there (sweep 14). Per-token MN-major scales keep pairs of rows.
+  // measured 1-5% faster there (sweep 14). Per-token MN-major scales keep pairs of rows.
   // Benchmarking builds: FP8OPS_TUNE_GVEC=2 gives every MN-major fp32 layout pairs of groups.
   const bool s_mn = !p.packed && p.s_stride_s != 1 && (p.G > 1 || (kTuningBuild && cfg.group_vec == 2));
   const bool s_ok = (s_layout || s_mn) && cfg.group_vec != 0;
