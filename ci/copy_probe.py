@@ -30,8 +30,7 @@ def main() -> None:
 
     def report(what: str, nbytes: int, kernel_us: float) -> None:
         c = copy_us(nbytes)
-        pct = 100 * nbytes / (c * 1e-6) / 1e12 / rate
-        kpct = 100 * nbytes / (kernel_us * 1e-6) / 1e12 / rate
+        pct, kpct = bench.pct_of_copy(nbytes, c, rate), bench.pct_of_copy(nbytes, kernel_us, rate)
         print(
             f"{what:38s} {nbytes / 1e6:8.1f} MB: plain copy {c:8.2f} us ({pct:5.1f}% of the 1 GiB rate), "
             f"kernel {kernel_us:8.2f} us ({kpct:5.1f}%)"
@@ -40,8 +39,7 @@ def main() -> None:
     for M, K in ((2048, 7168), (2048, 16384), (8192, 7168)):
         for layout in ("row", "col_tma"):
             fn = functools.partial(fp8ops.per_token_group_quant, group_size=128, scale_layout=layout)
-            n = bench.n_sets_for(M * K * 3)
-            xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n)]
+            xs = bench.per_token_inputs(M, K, M * K * 3)
             _, s = fn(xs[0][0])
             report(f"per_token {layout} M={M} K={K}", bench.quant_bytes(M, K, 2, s), bench.graph_time_us(fn, xs))
     cs = torch.randn(65536, 64, device="cuda")

@@ -7,8 +7,6 @@ calls where it fits), two passes per size. GPU only; run from the repository roo
 
 import functools
 
-import torch
-
 import fp8ops
 from fp8ops import bench
 
@@ -18,12 +16,14 @@ def main() -> None:
     fn = functools.partial(fp8ops.per_token_group_quant, group_size=128, scale_layout="col_tma")
     K = 7168
     for M in (128, 512, 2048, 8192):
-        n = bench.n_sets_for(M * K * 3)
-        xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n)]
+        xs = bench.per_token_inputs(M, K, M * K * 3)
         for p in range(2):
             rotated = bench.graph_time_us(fn, xs)
             same = bench.graph_time_us(fn, xs[:1])
-            print(f"M={M:5d} K={K} col_tma pass {p}: rotated ({n} sets) {rotated:7.2f} us, same input {same:7.2f} us")
+            print(
+                f"M={M:5d} K={K} col_tma pass {p}: rotated ({len(xs)} sets) {rotated:7.2f} us, "
+                f"same input {same:7.2f} us"
+            )
 
 
 if __name__ == "__main__":

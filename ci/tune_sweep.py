@@ -114,48 +114,30 @@ def worker(kind: str) -> None:
     def emit(row):
         print(json.dumps(row), flush=True)
 
+    def emit_quant(key, fn, xs, rows):
+        """Times the quantizer fn over the argument sets xs (rows of x each) and emits key with
+        the time and the percentage of the copy rate."""
+        _, s = fn(xs[0][0])
+        us = bench.graph_time_us(fn, xs)
+        nbytes = bench.quant_bytes(rows, xs[0][0].shape[-1], 2, s)
+        emit({**key, "us": us, "pct": bench.pct_of_copy(nbytes, us, copy)})
+
     if kind == "group":
         for M, K, layout in PER_TOKEN:
-            n = bench.n_sets_for(M * K * 3)
-            xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n)]
             fn = functools.partial(fp8ops.per_token_group_quant, group_size=128, scale_layout=layout)
-            _, s = fn(xs[0][0])
-            us = bench.graph_time_us(fn, xs)
-            nbytes = bench.quant_bytes(M, K, 2, s)
-            emit(
-                {
-                    "op": "per_token",
-                    "M": M,
-                    "K": K,
-                    "layout": layout,
-                    "us": us,
-                    "pct": 100 * nbytes / (us * 1e-6) / 1e12 / copy,
-                }
-            )
+            key = {"op": "per_token", "M": M, "K": K, "layout": layout}
+            emit_quant(key, fn, bench.per_token_inputs(M, K, M * K * 3), M)
         for T, G, D, packed in GROUP_MAJOR:
-            xs = bench.group_major_inputs(T, G, D)
             fn = functools.partial(fp8ops.group_major_quant, packed=packed)
-            _, s = fn(xs[0][0])
-            us = bench.graph_time_us(fn, xs)
-            nbytes = bench.quant_bytes(T * G, D, 2, s)
-            emit(
-                {
-                    "op": "group_major",
-                    "T": T,
-                    "G": G,
-                    "D": D,
-                    "packed": packed,
-                    "us": us,
-                    "pct": 100 * nbytes / (us * 1e-6) / 1e12 / copy,
-                }
-            )
+            key = {"op": "group_major", "T": T, "G": G, "D": D, "packed": packed}
+            emit_quant(key, fn, bench.group_major_inputs(T, G, D), T * G)
     else:
         H, max_pos = 64, 65536
         cs = torch.randn(max_pos, 64, device="cuda")
         for B in INDEXER_B:
             per_call, sets = bench.indexer_inputs(B, H, cs)
             us = bench.graph_time_us(fp8ops.indexer_q_quant, sets)
-            emit({"op": "indexer", "B": B, "H": H, "us": us, "pct": 100 * per_call / (us * 1e-6) / 1e12 / copy})
+            emit({"op": "indexer", "B": B, "H": H, "us": us, "pct": bench.pct_of_copy(per_call, us, copy)})
     emit({"op": "copy", "tbps": copy})
 
 

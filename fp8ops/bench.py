@@ -100,6 +100,17 @@ def n_sets_for(bytes_per_call: int) -> int:
     return max(1, min(CALLS_PER_GRAPH, math.ceil(2 * l2 / max(1, bytes_per_call))))
 
 
+def pct_of_copy(nbytes: int, us: float, copy_tbps: float) -> float:
+    """nbytes moved in us microseconds, as a percentage of the copy rate copy_tbps (TB/s)."""
+    return 100.0 * nbytes / (us * 1e-6) / 1e12 / copy_tbps
+
+
+def per_token_inputs(M: int, K: int, bytes_per_call: int):
+    """Argument sets of bf16 [M, K] activations, as many as rotate a graph of calls moving
+    bytes_per_call each past L2."""
+    return [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(bytes_per_call))]
+
+
 def quant_bytes(M: int, K: int, x_elem: int, scale: torch.Tensor) -> int:
     """Fewest bytes moved: x read once, q and the whole scale storage written once."""
     return M * K * x_elem + M * K + scale.untyped_storage().nbytes()
@@ -182,8 +193,7 @@ def bench_per_token(Ms, Ks, copy_tbps, dg):
         for M in Ms:
             probe = torch.empty(M, K, dtype=torch.bfloat16, device="cuda")
             _, s_probe = fp8ops.per_token_group_quant(probe, 128, "col_tma")
-            n_sets = n_sets_for(quant_bytes(M, K, 2, s_probe))
-            xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets)]
+            xs = per_token_inputs(M, K, quant_bytes(M, K, 2, s_probe))
             for layout in LAYOUTS:
                 _, s = fp8ops.per_token_group_quant(xs[0][0], 128, layout)
                 nbytes = quant_bytes(M, K, 2, s)
@@ -208,7 +218,7 @@ def bench_per_token(Ms, Ks, copy_tbps, dg):
                         functools.partial(_scales_then, transform, cr), xs
                     )
                 row["fp8ops_TBps"] = nbytes / (row["fp8ops_us"] * 1e-6) / 1e12
-                row["pct_of_copy"] = 100.0 * row["fp8ops_TBps"] / copy_tbps
+                row["pct_of_copy"] = pct_of_copy(nbytes, row["fp8ops_us"], copy_tbps)
                 row["speedup_vs_compiled_ref"] = row["compiled_ref_us"] / row["fp8ops_us"]
                 rows.append(row)
                 log(
@@ -337,7 +347,7 @@ def bench_group_major(dg, copy_tbps):
                         row["compiled_ref_plus_dg_transform_us"] = graph_time_us(
                             functools.partial(_scales_then, transform, compiled_batched[packed]), xs
                         )
-                    row["pct_of_copy"] = 100.0 * nbytes / (row["fp8ops_us"] * 1e-6) / 1e12 / copy_tbps
+                    row["pct_of_copy"] = pct_of_copy(nbytes, row["fp8ops_us"], copy_tbps)
                     rows.append(row)
                     log(
                         f"  group-major T={T:5d} G={G:3d} D={D:5d} packed={packed!s:5s} fp8ops "
@@ -387,7 +397,7 @@ def bench_indexer(copy_tbps, Bs=(1, 8, 64, 256, 512, 2048, 16384), H=64, max_pos
         row = {"B": B, "H": H, "bytes": per_call}
         row["fp8ops_us"] = graph_time_us(fp8ops.indexer_q_quant, sets)
         row["compiled_ref_us"] = graph_time_us(compiled, sets)
-        row["pct_of_copy"] = 100.0 * per_call / (row["fp8ops_us"] * 1e-6) / 1e12 / copy_tbps
+        row["pct_of_copy"] = pct_of_copy(per_call, row["fp8ops_us"], copy_tbps)
         rows.append(row)
         log(
             f"  indexer B={B:6d} H={H}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), "
