@@ -58,6 +58,8 @@ INDEXER_CONFIGS = {"auto": {}} | {
         (4, 2, 0, True),
         (4, 2, 12, True),
         (4, 2, 12, False),
+        (4, 2, 0, False),
+        (8, 2, 0, False),
         (4, 2, 14, True),
         (4, 4, 6, True),
     )
