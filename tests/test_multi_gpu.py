@@ -13,7 +13,7 @@ pytestmark = [
 ]
 
 
-def all_ops(x, xg, s_fp32):
+def all_ops(x, xg, s_fp32, q_idx, w_idx, cos_sin, positions):
     """Every op on one device's inputs; returns every output."""
     outs = []
     for layout in ("row", "col", "col_tma", "col_tma_packed"):
@@ -23,6 +23,7 @@ def all_ops(x, xg, s_fp32):
     outs.append(fp8ops.pack_ue8m0(s_fp32))
     q, s = fp8ops.per_token_group_quant(x, 128, "col_tma")
     outs.append(fp8ops.dequant(q, s, 128, torch.bfloat16))
+    outs += fp8ops.indexer_q_quant(q_idx, w_idx, 0.5, cos_sin, positions)
     return outs
 
 
@@ -30,7 +31,12 @@ def inputs(device):
     x = make_input((37, 1024), torch.bfloat16)
     xg = make_input((9, 4, 640), torch.bfloat16)
     _, s = fp8ops.per_token_group_quant(x, 128, "row", ue8m0=True)
-    return x.to(device), xg.to(device), s.to(device)
+    # indexer_q_quant: q [B, H, 128], weight [B, H], a cos/sin cache and positions.
+    q_idx = make_input((5, 8, 128), torch.bfloat16, zero_groups=False)
+    w_idx = torch.randn(5, 8).to(torch.bfloat16)
+    cos_sin = torch.randn(64, 64)
+    positions = torch.randint(0, 64, (5,))
+    return [t.to(device) for t in (x, xg, s, q_idx, w_idx, cos_sin, positions)]
 
 
 @pytest.mark.parametrize("current, target", ((0, 1), (1, 0)))
@@ -58,7 +64,9 @@ def test_graphs_on_each_device(device):
         fp8ops.per_token_group_quant(x, 128, "col_tma_packed", pad_rows_to=4)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # torch.cuda.graph's default capture stream is one per process, made on the device that
+        # was current at the first capture; capture on a stream of this device instead.
+        with torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
             gq, gs = fp8ops.per_token_group_quant(x, 128, "col_tma_packed", pad_rows_to=4)
     for _ in range(2):
         x.copy_(make_input((37, 1024), torch.bfloat16, device=f"cuda:{device}"))
