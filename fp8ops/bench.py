@@ -618,7 +618,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--sections",
         default="per_token,e2e,group_major,indexer",
-        help="comma-separated GPU sections: per_token, e2e, group_major",
+        help="comma-separated GPU sections: per_token, e2e, group_major, indexer",
     )
     args = p.parse_args(argv)
     args.sections = set(args.sections.split(","))
