@@ -3,9 +3,11 @@ col_tma scales sit in memory. Same values and strides in every case; only addres
 
     PYTHONPATH=. python ci/e2e_place_probe.py
 
-Each case copies q and the scales into one 64 MiB buffer at the given byte offsets, captures 20
-GEMMs in a CUDA graph and prints the replay median per GEMM (CUDA events, 30 replays), in two passes
-over all cases so that drift shows.
+Each case copies q and the scales into one 64 MiB buffer at the given byte offsets and times the
+GEMM the way the benchmark times a call (fp8ops.bench.graph_time_us: 20 calls in a CUDA graph, the
+replay median over 30 replays divided by 20), in two passes over all cases so that drift shows.
+(The log in docs/results/h200-run12-e2e-place-probe.log came from this script's first version,
+which had its own copy of that timing loop: 3 eager calls, 5 warm-up replays, 30 timed replays.)
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ from __future__ import annotations
 import torch
 
 import fp8ops
+from fp8ops import bench
 
 M, N, K = 1, 4096, 7168
-S = K // 128
 
 
 def main() -> None:
@@ -38,25 +40,8 @@ def main() -> None:
         ss.copy_(s)
         return qq, ss
 
-    def time_us(qq, ss):
-        g = torch.cuda.CUDAGraph()
-        for _ in range(3):
-            dg.fp8_gemm_nt((qq, ss), (w, ws), out)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(g):
-            for _ in range(20):
-                dg.fp8_gemm_nt((qq, ss), (w, ws), out)
-        for _ in range(5):
-            g.replay()
-        times = []
-        for _ in range(30):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1000 / 20)
-        return sorted(times)[len(times) // 2]
+    def gemm(qq, ss):
+        dg.fp8_gemm_nt((qq, ss), (w, ws), out)
 
     cases = [("op outputs", lambda: (q, s))]
     base = 1 << 20
@@ -70,7 +55,7 @@ def main() -> None:
         print(f"pass {p}")
         for name, make in cases:
             qq, ss = make()
-            print(f"  {name:36s} GEMM {time_us(qq, ss):6.2f} us", flush=True)
+            print(f"  {name:36s} GEMM {bench.graph_time_us(gemm, [(qq, ss)]):6.2f} us", flush=True)
 
 
 if __name__ == "__main__":
