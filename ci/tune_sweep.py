@@ -43,8 +43,8 @@ GROUP_CONFIGS = {
 }
 # lN: N lanes per (token, head); wN: N warps per block; bN: at least N resident blocks asked of the
 # compiler (a register cap); -np: one group per warp (grid not capped at the resident blocks);
-# auto: the library's own choice.
-INDEXER_CONFIGS = {"auto": {}} | {
+# auto: the library's own choice; auto-any: the same without the kernels of fixed option sets.
+INDEXER_CONFIGS = {"auto": {}, "auto-any": {"FP8OPS_TUNE_IDX_MODE": "0"}} | {
     f"l{lanes}w{w}" + (f"b{b}" if b else "") + ("" if persist else "-np"): {
         "FP8OPS_TUNE_IDX_LANES": str(lanes),
         "FP8OPS_TUNE_IDX_WARPS": str(w),
@@ -61,7 +61,9 @@ INDEXER_CONFIGS = {"auto": {}} | {
         (4, 2, 0, False),
         (8, 2, 0, False),
         (4, 2, 14, True),
+        (4, 2, 16, True),
         (4, 4, 6, True),
+        (4, 4, 8, True),
     )
 }
 

@@ -137,10 +137,16 @@ def check_cuda_matches_cpu(args, cuda_args, label, poison=False, **opts):
 @pytest.mark.gpu
 @pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
 def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
+    """Both launch shapes, both dtypes, int32 positions (the kernels that read every option at run
+    time) and int64 positions (with the Hadamard and the DeepSeek-V4 or V3.2 RoPE, kernels of
+    their own)."""
     for B, dtype, pos_dtype in (
         (1, torch.bfloat16, torch.int64),
         (33, torch.float16, torch.int32),
+        (33, torch.float16, torch.int64),
+        (2048, torch.float16, torch.int64),
         (16384, torch.bfloat16, torch.int32),
+        (16384, torch.bfloat16, torch.int64),
     ):
         args = make_case(B, H=64 if B > 1000 else 8, dtype=dtype, pos_dtype=pos_dtype)
         cuda_args = on_cuda(args)
@@ -152,7 +158,7 @@ def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
 def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, hadamard):
     """The scalar-load paths (q not 16-byte aligned, a cos/sin row stride that is not a multiple of
     4), a strided weight, a (token, head) count that leaves lanes of the last warp idle, and
-    inf/NaN in q. 9363 x 7 items (at least 2^16) take the four-lane launch shape, the others eight."""
+    inf/NaN in q. 9363 x 7 items (at least 2^15) take the four-lane launch shape, the others eight."""
     for B, H in ((5, 3), (37, 8), (9363, 7)):
         args = make_case(B, H=H)
         q = args[0]
@@ -181,8 +187,9 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
     """More (token, head) items than the resident warps take at once, so that warps loop over
     several groups with the next one's loads in flight; an odd H leaves the last group partial and
     puts groups across tokens; inf/NaN in heads that are not the first ones a warp works on. Outputs
-    are poisoned first. Both launch shapes (eight lanes per head below 2^16 items, four from there),
-    each with both input dtypes."""
+    are poisoned first. Both launch shapes (eight lanes per head below 2^15 items, four from there),
+    each with both input dtypes; int64 positions, so that the DeepSeek option sets take their own
+    kernels."""
     for B, H, dtype in (
         (4099, 7, torch.bfloat16),
         (4099, 7, torch.float16),

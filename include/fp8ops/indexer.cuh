@@ -348,15 +348,45 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
   if (j == 0) p.w_out[item] = indexer_weight(ld.w, p.weight_scale, scale);
 }
 
+// Option sets compiled into kernels of their own: a kernel for one set carries neither the
+// branches nor the registers of the others (72 registers instead of 80 with four lanes, about 9%
+// fewer instructions per group). kAny reads every option from the parameters.
+enum class IndexerMode {
+  kAny,
+  kV4,   // DeepSeek-V4: rope_tail, interleaved pairs, Hadamard, int64 positions
+  kV32,  // DeepSeek-V3.2: RoPE on the first 64 dims, NeoX pairs, Hadamard, int64 positions
+};
+
+inline IndexerMode indexer_mode(const IndexerParams& p) {
+  if (!p.hadamard || !p.pos_int64) return IndexerMode::kAny;
+  if (p.rope_tail && !p.rope_neox) return IndexerMode::kV4;
+  if (!p.rope_tail && p.rope_neox) return IndexerMode::kV32;
+  return IndexerMode::kAny;
+}
+
+// The parameters with kMode's options as compile-time constants (the copy is dissolved into
+// registers, so the constants reach every use).
+template <IndexerMode kMode>
+__device__ __forceinline__ IndexerParams indexer_fixed(IndexerParams p) {
+  if constexpr (kMode != IndexerMode::kAny) {
+    p.rope_tail = kMode == IndexerMode::kV4;
+    p.rope_neox = kMode == IndexerMode::kV32;
+    p.hadamard = true;
+    p.pos_int64 = true;
+  }
+  return p;
+}
+
 // Each warp works on groups of 32 / kLanes consecutive (token, head) items: group g, then
 // g + (warps in the grid), and so on, with the next group's loads issued before the work on the
 // current one, so that the grid can be sized to what is resident and still keep loads in flight.
 // kWarps warps per block; kMinBlocks > 0 asks the compiler for that many resident blocks per
 // multiprocessor (a register cap).
-template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks>
+template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    indexer_q_quant_kernel(const IndexerParams p, const FastDivmod div_h, const uint32_t items) {
+    indexer_q_quant_kernel(const IndexerParams params, const FastDivmod div_h, const uint32_t items) {
   using S = IndexerSplit<kLanes>;
+  const IndexerParams p = indexer_fixed<kMode>(params);
   // Four lanes: 512 bytes per head slot for the Hadamard's change of layout (indexer_transpose).
   __shared__ __align__(512) float transpose_buf[kLanes == 4 ? kWarps * kIndexerHeadDim * S::kHeadsPerWarp : 1];
   const int lane = threadIdx.x & 31;
@@ -389,28 +419,32 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 }
 
-// Launch shapes (docs/PERF.md, launch-shape sweep): below 2^16 items eight lanes per head, whose
+// Launch shapes (docs/PERF.md, launch-shape sweep): below 2^15 items eight lanes per head, whose
 // shorter per-group path wins when there is little to overlap; from there four lanes (no
 // shuffles in the Hadamard and less repeated per-head work), with no register cap (a cap of 12
-// resident blocks measured slower). Two warps per block, and no more blocks than are resident at
-// once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape in benchmarking builds (FP8OPS_TUNING),
-// and FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own group instead.
+// resident blocks measured slower). With the kernels of fixed option sets (IndexerMode) four lanes
+// won from B = 512 at H = 64 (sweep 19); before them, from B = 2048 (sweep 8). Two warps per
+// block, and no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force
+// the shape in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_PERSIST=0 gives every warp
+// its own group instead, and FP8OPS_TUNE_IDX_MODE=0 runs every option set on the kAny kernels.
 struct IndexerConfig {
-  int lanes;       // per (token, head)
-  int warps;       // per block
-  int min_blocks;  // register cap: resident blocks asked of the compiler
-  bool persist;    // grid capped at the resident blocks
+  int lanes;         // per (token, head)
+  int warps;         // per block
+  int min_blocks;    // register cap: resident blocks asked of the compiler
+  bool persist;      // grid capped at the resident blocks
+  bool fixed_modes;  // kernels of their own for the DeepSeek option sets (IndexerMode)
 };
 
-constexpr int64_t kIndexerWideFrom = int64_t(1) << 16;  // items from which the four-lane shape runs
+constexpr int64_t kIndexerWideFrom = int64_t(1) << 15;  // items from which the four-lane shape runs
 
 inline IndexerConfig indexer_config(int64_t items) {
-  IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true} : IndexerConfig{4, 2, 0, true};
+  IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true, true} : IndexerConfig{4, 2, 0, true, true};
 #if defined(FP8OPS_TUNING)
   c.lanes = tune_env("FP8OPS_TUNE_IDX_LANES", c.lanes);
   c.warps = tune_env("FP8OPS_TUNE_IDX_WARPS", c.warps);
   c.min_blocks = tune_env("FP8OPS_TUNE_IDX_MINB", c.min_blocks);
   c.persist = tune_env("FP8OPS_TUNE_IDX_PERSIST", c.persist) != 0;
+  c.fixed_modes = tune_env("FP8OPS_TUNE_IDX_MODE", c.fixed_modes) != 0;
 #endif
   return c;
 }
@@ -426,10 +460,10 @@ inline int resident_blocks(int per_sm) {
   return per_sm * sms;
 }
 
-template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks>
+template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
 cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, cudaStream_t stream) {
   constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
-  const auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks>;
+  const auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode>;
   uint32_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
   if (persist) {
     // Blocks per multiprocessor, the same on every device of the architecture the library runs on.
@@ -444,22 +478,36 @@ cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool pe
                          items);
 }
 
-template <typename T, bool kVec>
-cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, cudaStream_t stream) {
-  const IndexerConfig c = indexer_config(items);
+template <typename T, bool kVec, IndexerMode kMode>
+cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const IndexerConfig& c, cudaStream_t stream) {
   if constexpr (kTuningBuild) {
 #define FP8OPS_IDX_SHAPE(L, W, B)                        \
   if (c.lanes == L && c.warps == W && c.min_blocks == B) \
-  return launch_indexer_shape<T, kVec, L, W, B>(p, items, c.persist, stream)
+  return launch_indexer_shape<T, kVec, L, W, B, kMode>(p, items, c.persist, stream)
     FP8OPS_IDX_SHAPE(8, 2, 16);
     FP8OPS_IDX_SHAPE(8, 4, 0);
     FP8OPS_IDX_SHAPE(4, 2, 12);
     FP8OPS_IDX_SHAPE(4, 2, 14);
+    FP8OPS_IDX_SHAPE(4, 2, 16);
     FP8OPS_IDX_SHAPE(4, 4, 6);
+    FP8OPS_IDX_SHAPE(4, 4, 8);
 #undef FP8OPS_IDX_SHAPE
   }
-  return c.lanes == 8 ? launch_indexer_shape<T, kVec, 8, 2, 0>(p, items, c.persist, stream)
-                      : launch_indexer_shape<T, kVec, 4, 2, 0>(p, items, c.persist, stream);
+  return c.lanes == 8 ? launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, stream)
+                      : launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, stream);
+}
+
+template <typename T, bool kVec>
+cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, cudaStream_t stream) {
+  const IndexerConfig c = indexer_config(items);
+  // With 16-byte loads the DeepSeek option sets have kernels of their own (FP8OPS_TUNE_IDX_MODE=0
+  // turns them off in benchmarking builds).
+  const IndexerMode mode = kVec && c.fixed_modes ? indexer_mode(p) : IndexerMode::kAny;
+  if constexpr (kVec) {
+    if (mode == IndexerMode::kV4) return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, stream);
+    if (mode == IndexerMode::kV32) return launch_indexer_lanes<T, kVec, IndexerMode::kV32>(p, items, c, stream);
+  }
+  return launch_indexer_lanes<T, kVec, IndexerMode::kAny>(p, items, c, stream);
 }
 
 // Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it).
