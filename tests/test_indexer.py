@@ -158,7 +158,8 @@ def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
 def test_cuda_bit_identical_misaligned_strided_nonfinite(rope_tail, rope_neox, hadamard):
     """The scalar-load paths (q not 16-byte aligned, a cos/sin row stride that is not a multiple of
     4), a strided weight, a (token, head) count that leaves lanes of the last warp idle, and
-    inf/NaN in q. 9363 x 7 items (at least 2^15) take the four-lane launch shape, the others eight."""
+    inf/NaN in q. 9363 x 7 items (2^14 to 2^17) take the capped four-lane launch shape, the others
+    eight lanes."""
     for B, H in ((5, 3), (37, 8), (9363, 7)):
         args = make_case(B, H=H)
         q = args[0]
@@ -187,14 +188,15 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
     """More (token, head) items than the resident warps take at once, so that warps loop over
     several groups with the next one's loads in flight; an odd H leaves the last group partial and
     puts groups across tokens; inf/NaN in heads that are not the first ones a warp works on. Outputs
-    are poisoned first. Both launch shapes (eight lanes per head below 2^15 items, four from there),
-    each with both input dtypes; int64 positions, so that the DeepSeek option sets take their own
-    kernels."""
+    are poisoned first. 9363 x 7 items take the capped four-lane launch shape (2^14 to 2^17 items),
+    18725 x 7 the uncapped one, each with both input dtypes; int64 positions, so that the DeepSeek
+    option sets take their own kernels. (Below 2^14 items eight lanes per head run, one group per
+    warp on the H200; ci/gpu.sh tune forces eight lanes onto these sizes.)"""
     for B, H, dtype in (
-        (4099, 7, torch.bfloat16),
-        (4099, 7, torch.float16),
         (9363, 7, torch.bfloat16),
         (9363, 7, torch.float16),
+        (18725, 7, torch.bfloat16),
+        (18725, 7, torch.float16),
     ):
         args = make_case(B, H=H, dtype=dtype)
         q = args[0]

@@ -419,32 +419,45 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 }
 
-// Launch shapes (docs/PERF.md, launch-shape sweep): below 2^15 items eight lanes per head, whose
+// Launch shapes (docs/PERF.md, launch-shape sweep): below 2^14 items eight lanes per head, whose
 // shorter per-group path wins when there is little to overlap; from there four lanes (no
-// shuffles in the Hadamard and less repeated per-head work), with no register cap (a cap of 12
-// resident blocks measured slower). With the kernels of fixed option sets (IndexerMode) four lanes
-// won from B = 512 at H = 64 (sweep 19); before them, from B = 2048 (sweep 8). Two warps per
-// block, and no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force
-// the shape in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_PERSIST=0 gives every warp
-// its own group instead, and FP8OPS_TUNE_IDX_MODE=0 runs every option set on the kAny kernels.
+// shuffles in the Hadamard and less repeated per-head work), for the kernels of fixed option sets
+// capped at 64 registers (16 resident blocks) below 2^17 items, uncapped otherwise. Sweep 19
+// (H = 64, fixed option sets): the capped four-lane shape won at B = 256 and 512 (3.9 and 6.0 us,
+// against 4.1-4.2 and 6.1-6.2 uncapped and 4.2-4.3 and 6.8-6.9 with eight lanes), tied at 2048
+// and lost at 16384 (112 against 105 us). Before those kernels four lanes won from B = 2048
+// (sweep 8), and a cap of 12 resident blocks measured slower at 16384. Two warps per block, and
+// no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape
+// in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own
+// group instead, and FP8OPS_TUNE_IDX_MODE=0 runs every option set on the kAny kernels.
 struct IndexerConfig {
   int lanes;         // per (token, head)
   int warps;         // per block
   int min_blocks;    // register cap: resident blocks asked of the compiler
   bool persist;      // grid capped at the resident blocks
-  bool fixed_modes;  // kernels of their own for the DeepSeek option sets (IndexerMode)
+  IndexerMode mode;  // the option set's own kernels (IndexerMode), or kAny
 };
 
-constexpr int64_t kIndexerWideFrom = int64_t(1) << 15;  // items from which the four-lane shape runs
+constexpr int64_t kIndexerWideFrom = int64_t(1) << 14;      // items from which four lanes run
+constexpr int64_t kIndexerUncappedFrom = int64_t(1) << 17;  // items from which they run uncapped
 
-inline IndexerConfig indexer_config(int64_t items) {
-  IndexerConfig c = items < kIndexerWideFrom ? IndexerConfig{8, 2, 0, true, true} : IndexerConfig{4, 2, 0, true, true};
+// mode: the call's option set, when its kernels of their own can run (16-byte loads).
+inline IndexerConfig indexer_config(int64_t items, IndexerMode mode) {
+  IndexerConfig c{4, 2, 0, true, mode};
+#if defined(FP8OPS_TUNING)
+  if (tune_env("FP8OPS_TUNE_IDX_MODE", 1) == 0) c.mode = IndexerMode::kAny;
+#endif
+  if (items < kIndexerWideFrom) {
+    c.lanes = 8;
+  } else if (items < kIndexerUncappedFrom && c.mode != IndexerMode::kAny) {
+    // 64 registers. NOTES: the kAny kernels would spill 56-116 bytes under this cap.
+    c.min_blocks = 16;
+  }
 #if defined(FP8OPS_TUNING)
   c.lanes = tune_env("FP8OPS_TUNE_IDX_LANES", c.lanes);
   c.warps = tune_env("FP8OPS_TUNE_IDX_WARPS", c.warps);
   c.min_blocks = tune_env("FP8OPS_TUNE_IDX_MINB", c.min_blocks);
   c.persist = tune_env("FP8OPS_TUNE_IDX_PERSIST", c.persist) != 0;
-  c.fixed_modes = tune_env("FP8OPS_TUNE_IDX_MODE", c.fixed_modes) != 0;
 #endif
   return c;
 }
@@ -493,19 +506,21 @@ cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const I
     FP8OPS_IDX_SHAPE(4, 4, 8);
 #undef FP8OPS_IDX_SHAPE
   }
-  return c.lanes == 8 ? launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, stream)
-                      : launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, stream);
+  if (c.lanes == 8) return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, stream);
+  if constexpr (kMode != IndexerMode::kAny) {
+    if (c.min_blocks == 16) return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, stream);
+  }
+  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, stream);
 }
 
 template <typename T, bool kVec>
 cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, cudaStream_t stream) {
-  const IndexerConfig c = indexer_config(items);
   // With 16-byte loads the DeepSeek option sets have kernels of their own (FP8OPS_TUNE_IDX_MODE=0
   // turns them off in benchmarking builds).
-  const IndexerMode mode = kVec && c.fixed_modes ? indexer_mode(p) : IndexerMode::kAny;
+  const IndexerConfig c = indexer_config(items, kVec ? indexer_mode(p) : IndexerMode::kAny);
   if constexpr (kVec) {
-    if (mode == IndexerMode::kV4) return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, stream);
-    if (mode == IndexerMode::kV32) return launch_indexer_lanes<T, kVec, IndexerMode::kV32>(p, items, c, stream);
+    if (c.mode == IndexerMode::kV4) return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, stream);
+    if (c.mode == IndexerMode::kV32) return launch_indexer_lanes<T, kVec, IndexerMode::kV32>(p, items, c, stream);
   }
   return launch_indexer_lanes<T, kVec, IndexerMode::kAny>(p, items, c, stream);
 }
