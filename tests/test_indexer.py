@@ -137,9 +137,9 @@ def check_cuda_matches_cpu(args, cuda_args, label, poison=False, **opts):
 @pytest.mark.gpu
 @pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
 def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
-    """Both launch shapes, both dtypes, int32 positions (the kernels that read every option at run
-    time) and int64 positions (with the Hadamard and the DeepSeek-V4 or V3.2 RoPE, kernels of
-    their own)."""
+    """Both launch shapes, both dtypes, int32 and int64 positions. With the Hadamard and the
+    DeepSeek-V4 or V3.2 RoPE the option set's own kernels run, otherwise the kernels that read
+    every option at run time."""
     for B, dtype, pos_dtype in (
         (1, torch.bfloat16, torch.int64),
         (33, torch.float16, torch.int32),
@@ -189,16 +189,17 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
     several groups with the next one's loads in flight; an odd H leaves the last group partial and
     puts groups across tokens; inf/NaN in heads that are not the first ones a warp works on. Outputs
     are poisoned first. 9363 x 7 items take the capped four-lane launch shape (2^14 to 2^17 items),
-    18725 x 7 the uncapped one, each with both input dtypes; int64 positions, so that the DeepSeek
-    option sets take their own kernels. (Below 2^14 items eight lanes per head run, one group per
-    warp on the H200; ci/gpu.sh tune forces eight lanes onto these sizes.)"""
+    18725 x 7 the uncapped one, each with both input dtypes (int64 positions with bf16, int32 with
+    fp16); the DeepSeek option sets take their own kernels. (Below 2^14 items eight lanes per head
+    run, one group per warp on the H200; ci/gpu.sh tune forces eight lanes onto these sizes.)"""
     for B, H, dtype in (
         (9363, 7, torch.bfloat16),
         (9363, 7, torch.float16),
         (18725, 7, torch.bfloat16),
         (18725, 7, torch.float16),
     ):
-        args = make_case(B, H=H, dtype=dtype)
+        pos_dtype = torch.int64 if dtype == torch.bfloat16 else torch.int32
+        args = make_case(B, H=H, dtype=dtype, pos_dtype=pos_dtype)
         q = args[0]
         q[4000, 3, 7] = float("inf")
         q[2500, 6, 120] = float("nan")

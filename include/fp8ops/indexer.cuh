@@ -353,12 +353,12 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
 // fewer instructions per group). kAny reads every option from the parameters.
 enum class IndexerMode {
   kAny,
-  kV4,   // DeepSeek-V4: rope_tail, interleaved pairs, Hadamard, int64 positions
-  kV32,  // DeepSeek-V3.2: RoPE on the first 64 dims, NeoX pairs, Hadamard, int64 positions
+  kV4,   // DeepSeek-V4: rope_tail, interleaved pairs, Hadamard
+  kV32,  // DeepSeek-V3.2: RoPE on the first 64 dims, NeoX pairs, Hadamard
 };
 
 inline IndexerMode indexer_mode(const IndexerParams& p) {
-  if (!p.hadamard || !p.pos_int64) return IndexerMode::kAny;
+  if (!p.hadamard) return IndexerMode::kAny;
   if (p.rope_tail && !p.rope_neox) return IndexerMode::kV4;
   if (!p.rope_tail && p.rope_neox) return IndexerMode::kV32;
   return IndexerMode::kAny;
@@ -371,8 +371,7 @@ __device__ __forceinline__ IndexerParams indexer_fixed(IndexerParams p) {
   if constexpr (kMode != IndexerMode::kAny) {
     p.rope_tail = kMode == IndexerMode::kV4;
     p.rope_neox = kMode == IndexerMode::kV32;
-    p.hadamard = true;
-    p.pos_int64 = true;
+    p.hadamard = true;  // the position dtype stays a run-time choice (same registers)
   }
   return p;
 }
