@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // shuffles in the Hadamard and less repeated per-head work), for the kernels of fixed option sets
 // capped at 64 registers (16 resident blocks) below 2^17 items, uncapped otherwise. Sweep 19
 // (H = 64, fixed option sets): the capped four-lane shape won at B = 256 and 512 (3.9 and 6.0 us,
-// against 4.1-4.2 and 6.1-6.2 uncapped and 4.2-4.3 and 6.8-6.9 with eight lanes), tied at 2048
+// against 4.5-4.6 and 6.1-6.2 uncapped and 4.1-4.3 and 6.8-6.9 with eight lanes), tied at 2048
 // and lost at 16384 (112 against 105 us). Before those kernels four lanes won from B = 2048
 // (sweep 8), and a cap of 12 resident blocks measured slower at 16384. Two warps per block, and
 // no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape
