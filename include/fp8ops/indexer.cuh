@@ -48,15 +48,6 @@ __device__ __forceinline__ float2 unpack_pair(uint32_t w) {
   }
 }
 
-template <typename T>
-__device__ __forceinline__ float elem_to_float(T v) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else {
-    return __half2float(v);
-  }
-}
-
 // max(a, b) that returns NaN when either is NaN.
 __device__ __forceinline__ float max_nan(float a, float b) {
   float r;
@@ -82,12 +73,61 @@ __device__ __forceinline__ void load_floats(float (&dst)[N], const float* src, b
   }
 }
 
-// q, weight and cos/sin row offset of one (token, head), loaded ahead of the work on it.
+// The 16 bits of a bf16 or fp16 value (in the low half of bits) as a float.
+template <typename T>
+__device__ __forceinline__ float bits_to_float(uint32_t bits) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(bits << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
+}
+
+// A token's position as loaded: both words of an int64 position, or an int32 one and 0.
+struct IndexerRawPos {
+  uint32_t lo, hi;
+};
+
+// Loads of one group's weight and position, issued a loop trip ahead of their use. The loaded
+// registers are written by the load instructions themselves (inline PTX, both position dtypes
+// into the same registers) and read only where the values are used: an instruction that touched
+// them right after the load (a conversion, a sign extension, a move merging the two dtypes'
+// results) would wait there for the load and stall the warp for a memory round trip per trip.
+__device__ __forceinline__ uint32_t indexer_weight_bits(const void* w, bool lane0) {
+  uint32_t bits;
+  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n mov.b32 %0, 0;\n @q ld.global.u16 %0, [%1];\n}"
+               : "=r"(bits)
+               : "l"(w), "r"(static_cast<int>(lane0)));
+  return bits;
+}
+
+__device__ __forceinline__ IndexerRawPos indexer_position_raw(const IndexerParams& p, int64_t b) {
+  const void* at = p.pos_int64 ? static_cast<const void*>(static_cast<const int64_t*>(p.positions) + b * p.pos_stride)
+                               : static_cast<const void*>(static_cast<const int32_t*>(p.positions) + b * p.pos_stride);
+  IndexerRawPos r;
+  asm volatile(
+      "{\n .reg .pred q;\n setp.ne.b32 q, %3, 0;\n mov.b32 %1, 0;\n @q ld.global.v2.u32 {%0, %1}, [%2];\n"
+      " @!q ld.global.u32 %0, [%2];\n}"
+      : "=r"(r.lo), "=r"(r.hi)
+      : "l"(at), "r"(static_cast<int>(p.pos_int64)));
+  return r;
+}
+
+// Offset of the cos/sin row of a raw position, clamped into the cache.
+// NOTES: out-of-range positions are clamped so that no read leaves the cache; SPEC leaves those
+// rows' values unspecified (the CPU kernel raises instead).
+__device__ __forceinline__ int64_t indexer_cs_offset(const IndexerParams& p, IndexerRawPos r) {
+  const int64_t pos = p.pos_int64 ? static_cast<int64_t>((static_cast<uint64_t>(r.hi) << 32) | r.lo)
+                                  : static_cast<int64_t>(static_cast<int32_t>(r.lo));
+  return (pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos)) * p.cs_stride_pos;
+}
+
+// q, weight and position of one (token, head), loaded ahead of the work on it.
 template <int kLanes>
 struct IndexerLoad {
   uint4 raw[IndexerSplit<kLanes>::kChunks];  // this lane's chunks (scalar loads when kVec is false)
-  float w;                                   // weight, in lane j == 0 only
-  int64_t cs;                                // offset of the cos/sin row of the (clamped) position
+  uint32_t w_bits;                           // weight (bf16 or fp16 bits), in lane j == 0 only
+  IndexerRawPos pos;                         // the token's position
 };
 
 template <typename T, bool kVec, int kLanes>
@@ -108,11 +148,8 @@ __device__ __forceinline__ IndexerLoad<kLanes> indexer_load(const IndexerParams&
       for (int k = 0; k < 8; ++k) e[k] = chunk[k];
     }
   }
-  ld.w = j == 0 ? elem_to_float<T>(static_cast<const T*>(p.weight)[b * p.w_stride_b + h * p.w_stride_h]) : 0.0f;
-  // NOTES: out-of-range positions are clamped so that no read leaves the cache; SPEC leaves those
-  // rows' values unspecified (the CPU kernel raises instead).
-  const int64_t pos = indexer_position(p, b);
-  ld.cs = (pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos)) * p.cs_stride_pos;
+  ld.w_bits = indexer_weight_bits(static_cast<const T*>(p.weight) + b * p.w_stride_b + h * p.w_stride_h, j == 0);
+  ld.pos = indexer_position_raw(p, b);
   return ld;
 }
 
@@ -345,7 +382,7 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
       *reinterpret_cast<uint2*>(dst + S::chunk_dim(t, j)) = make_uint2(words[2 * t], words[2 * t + 1]);
     }
   }
-  if (j == 0) p.w_out[item] = indexer_weight(ld.w, p.weight_scale, scale);
+  if (j == 0) p.w_out[item] = indexer_weight(bits_to_float<T>(ld.w_bits), p.weight_scale, scale);
 }
 
 // Option sets compiled into kernels of their own: a kernel for one set carries neither the
@@ -406,7 +443,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const bool more = g_next < groups;  // the same in the whole warp
     const uint32_t raw_next = g_next * S::kHeadsPerWarp + lane / kLanes;
     // The current group's cos/sin first: its latency is the one that work on this group waits for.
-    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + cur.cs, j);
+    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + indexer_cs_offset(p, cur.pos), j);
     IndexerLoad<kLanes> next;
     if (more) next = indexer_load<T, kVec, kLanes>(p, div_h, raw_next < items ? raw_next : items - 1, j);
     const bool live = raw_item < items;
