@@ -95,9 +95,11 @@ struct IndexerRawPos {
 // results) would wait there for the load and stall the warp for a memory round trip per trip.
 __device__ __forceinline__ uint32_t indexer_weight_bits(const void* w, bool lane0) {
   uint32_t bits;
-  asm volatile("{\n .reg .pred q;\n setp.ne.b32 q, %2, 0;\n mov.b32 %0, 0;\n @q ld.global.u16 %0, [%1];\n}"
-               : "=r"(bits)
-               : "l"(w), "r"(static_cast<int>(lane0)));
+  asm volatile(
+      "{\n .reg .pred q;\n .reg .u64 a;\n setp.ne.b32 q, %2, 0;\n cvta.to.global.u64 a, %1;\n mov.b32 %0, 0;\n"
+      " @q ld.global.u16 %0, [a];\n}"
+      : "=r"(bits)
+      : "l"(w), "r"(static_cast<int>(lane0)));
   return bits;
 }
 
@@ -106,8 +108,8 @@ __device__ __forceinline__ IndexerRawPos indexer_position_raw(const IndexerParam
                                : static_cast<const void*>(static_cast<const int32_t*>(p.positions) + b * p.pos_stride);
   IndexerRawPos r;
   asm volatile(
-      "{\n .reg .pred q;\n setp.ne.b32 q, %3, 0;\n mov.b32 %1, 0;\n @q ld.global.v2.u32 {%0, %1}, [%2];\n"
-      " @!q ld.global.u32 %0, [%2];\n}"
+      "{\n .reg .pred q;\n .reg .u64 a;\n setp.ne.b32 q, %3, 0;\n cvta.to.global.u64 a, %2;\n mov.b32 %1, 0;\n"
+      " @q ld.global.v2.u32 {%0, %1}, [a];\n @!q ld.global.u32 %0, [a];\n}"
       : "=r"(r.lo), "=r"(r.hi)
       : "l"(at), "r"(static_cast<int>(p.pos_int64)));
   return r;
