@@ -100,9 +100,14 @@ def n_sets_for(bytes_per_call: int) -> int:
     return max(1, min(CALLS_PER_GRAPH, math.ceil(2 * l2 / max(1, bytes_per_call))))
 
 
+def tbps(nbytes: int, us: float) -> float:
+    """nbytes moved in us microseconds, in TB/s."""
+    return nbytes / (us * 1e-6) / 1e12
+
+
 def pct_of_copy(nbytes: int, us: float, copy_tbps: float) -> float:
     """nbytes moved in us microseconds, as a percentage of the copy rate copy_tbps (TB/s)."""
-    return 100.0 * nbytes / (us * 1e-6) / 1e12 / copy_tbps
+    return 100.0 * tbps(nbytes, us) / copy_tbps
 
 
 def per_token_inputs(M: int, K: int, bytes_per_call: int):
@@ -225,8 +230,8 @@ def bench_per_token(Ms, Ks, copy_tbps, dg):
                     row["compiled_ref_row_plus_dg_transform_us"] = graph_time_us(
                         functools.partial(_scales_then, transform, cr), xs
                     )
-                row["fp8ops_TBps"] = nbytes / (row["fp8ops_us"] * 1e-6) / 1e12
-                row["pct_of_copy"] = pct_of_copy(nbytes, row["fp8ops_us"], copy_tbps)
+                row["fp8ops_TBps"] = tbps(nbytes, row["fp8ops_us"])
+                row["pct_of_copy"] = 100.0 * row["fp8ops_TBps"] / copy_tbps
                 row["speedup_vs_compiled_ref"] = row["compiled_ref_us"] / row["fp8ops_us"]
                 rows.append(row)
                 log(
