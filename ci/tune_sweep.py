@@ -102,7 +102,8 @@ GROUP_MAJOR = [  # (T, G, D, packed)
     (4096, 16, 4096, False),
     (4096, 16, 4096, True),
 ]
-INDEXER_B = (1, 8, 64, 256, 512, 2048, 16384)
+# FP8OPS_SWEEP_INDEXER_B="256,2048" replaces the token counts of the indexer rows.
+INDEXER_B = tuple(int(b) for b in os.environ.get("FP8OPS_SWEEP_INDEXER_B", "1,8,64,256,512,2048,16384").split(","))
 
 
 def worker(kind: str) -> None:
