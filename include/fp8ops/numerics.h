@@ -65,6 +65,17 @@ FP8OPS_HD uint32_t ue8m0_exponent(float scale) {
 
 FP8OPS_HD float ue8m0_value(uint32_t e) { return bits_float(e << 23); }
 
+// The biased exponent of a scale already rounded to UE8M0 (a power of two, exponent in [1, 254]).
+FP8OPS_HD uint32_t ue8m0_exponent_of_power(float scale) { return float_bits(scale) >> 23; }
+
+// 1 / scale for a scale already rounded to UE8M0, exactly what a correctly rounded reciprocal
+// gives: 2^(127 - e) has the biased exponent 254 - e, except for e = 254, whose reciprocal
+// 2^-127 is subnormal.
+FP8OPS_HD float ue8m0_reciprocal(float scale) {
+  const uint32_t e = ue8m0_exponent_of_power(scale);
+  return bits_float(e == 254u ? 0x00400000u : (254u - e) << 23);
+}
+
 // scale = max(amax, eps) * C, optionally rounded up to a power of two.
 FP8OPS_HD float group_scale(float amax, float eps, bool ue8m0) {
   const float s = fmax_nonan(amax, eps) * inv_e4m3_max();
