@@ -85,6 +85,26 @@ def test_small_groups(group_size, dtype):
         check_against_reference(x, group_size, layout, ue8m0=M % 2 == 1)
 
 
+def every_exponent_input(dtype, groups=4):
+    """One row per power of two from 2^-149 to 2^127: each row's values lie within its power
+    times [-2, 2] (its amax at least the power itself), so the scales, UE8M0 ones included, run
+    over every exponent that the eps bounds allow. Rows the dtype cannot hold come out as
+    zeros, subnormals or infinities."""
+    k = torch.arange(-149, 128, dtype=torch.float64)
+    mag = 2.0 ** k[:, None] * (1 + torch.rand(k.numel(), 1, dtype=torch.float64) * 0.99)
+    x = (torch.rand(k.numel(), groups * 128, dtype=torch.float64) * 2 - 1) * mag
+    x[:, ::128] = mag * torch.where(torch.rand(k.numel(), 1) < 0.5, -1.0, 1.0).double()
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_every_scale_exponent(dtype):
+    x = every_exponent_input(dtype)
+    for layout, eps in itertools.product(LAYOUTS, (1e-30, 1e30)):
+        check_against_reference(x, 128, layout, ue8m0=True, eps=eps)
+        check_against_reference(x, 128, layout, ue8m0=False, eps=eps)
+
+
 @pytest.mark.parametrize("eps", (1e-30, 1e-10, 1e-4, 1.0, 1e30))
 def test_eps(eps):
     x = make_input((33, 512), torch.bfloat16)
@@ -241,6 +261,18 @@ def test_cuda_bit_identical_to_cpu(dtype, group_size):
         cuda_equals_cpu(strided_rows(base, 64), group_size, layout, True, 4, 1e-10)
         cuda_equals_cpu(misaligned(base), group_size, layout, False, 1, 1e-10)
         cuda_equals_cpu(base.view(3, 11, -1), group_size, layout, False, 16, 1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_cuda_every_scale_exponent(dtype):
+    """The CUDA kernel takes a UE8M0 scale's reciprocal from its exponent bits: held to the CPU
+    kernel (1 / scale) over every exponent the eps bounds allow, small and large grids."""
+    for groups in (4, 56):
+        x = every_exponent_input(dtype, groups).cuda()
+        for layout, eps in itertools.product(LAYOUTS, (1e-30, 1e30)):
+            cuda_equals_cpu(x, 128, layout, True, 1, eps)
+            cuda_equals_cpu(x, 128, layout, False, 4, eps)
 
 
 @pytest.mark.gpu
