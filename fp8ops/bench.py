@@ -37,6 +37,26 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+class Sections:
+    """Runs the benchmark's sections, logging when each starts and keeping its wall time (the JSON
+    field section_seconds), so that a slow run shows where the time went."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, key: str, title: str, run):
+        t0 = time.perf_counter()
+        log(f"{title} [{t0 - self.start:.0f} s into the sections]")
+        out = run()
+        self.seconds[key] = round(time.perf_counter() - t0, 1)
+        return out
+
+    def done(self) -> dict[str, float]:
+        log(f"sections done in {time.perf_counter() - self.start:.0f} s: {self.seconds}")
+        return self.seconds
+
+
 # ------------------------------------------------------------------------------------- timing
 
 
@@ -456,21 +476,27 @@ def gpu_main(args) -> dict:
         "launch_floor_us": floor,
         "calls_per_graph": CALLS_PER_GRAPH,
     }
+    section = Sections()
     if "per_token" in args.sections:
-        log("per_token_group_quant (bf16, group 128):")
-        result["per_token"] = bench_per_token(Ms, Ks, copy_tbps, dg)
+        result["per_token"] = section(
+            "per_token", "per_token_group_quant (bf16, group 128):", lambda: bench_per_token(Ms, Ks, copy_tbps, dg)
+        )
     if "e2e" in args.sections and dg is not None:
-        log("end to end, quant + deep_gemm.fp8_gemm_nt (N=4096, K=7168):")
-        result["end_to_end"] = bench_end_to_end(dg)
+        result["end_to_end"] = section(
+            "end_to_end", "end to end, quant + deep_gemm.fp8_gemm_nt (N=4096, K=7168):", lambda: bench_end_to_end(dg)
+        )
     if "group_major" in args.sections:
-        log("group_major_quant and pack_ue8m0:")
-        result["group_major"], result["pack_ue8m0"] = bench_group_major(dg, copy_tbps)
+        result["group_major"], result["pack_ue8m0"] = section(
+            "group_major", "group_major_quant and pack_ue8m0:", lambda: bench_group_major(dg, copy_tbps)
+        )
     if "e2e" in args.sections and dg is not None:
-        log("end to end, group_major_quant + deep_gemm.fp8_einsum (G=8, D=1024, N=512):")
-        result["einsum"] = bench_einsum(dg)
+        title = "end to end, group_major_quant + deep_gemm.fp8_einsum (G=8, D=1024, N=512):"
+        result["einsum"] = section("einsum", title, lambda: bench_einsum(dg))
     if "indexer" in args.sections:
-        log("indexer_q_quant (rope_tail, interleaved, Hadamard):")
-        result["indexer"] = bench_indexer(copy_tbps)
+        result["indexer"] = section(
+            "indexer", "indexer_q_quant (rope_tail, interleaved, Hadamard):", lambda: bench_indexer(copy_tbps)
+        )
+    result["section_seconds"] = section.done()
     return result
 
 
@@ -489,9 +515,14 @@ def wall_median_us(fn, reps: int = 15) -> float:
 
 def cpu_main(args) -> dict:
     log("No CUDA device: CPU reference kernels only (wall clock, not GPU figures).")
-    log("self-check: CPU kernel vs torch expression ...")
-    n = self_check_cpu(CPU_M, CPU_K)
+    section = Sections()
+    n = section("self_check", "self-check: CPU kernel vs torch expression ...", lambda: self_check_cpu(CPU_M, CPU_K))
     log(f"self-check passed ({n} cases)")
+    rows = section("per_token", "per_token_group_quant on the CPU (bf16, group 128):", bench_cpu)
+    return {"device": "cpu", "torch": torch.__version__, "cpu_rows": rows, "section_seconds": section.done()}
+
+
+def bench_cpu() -> list:
     rows = []
     for M in CPU_M:
         x = torch.randn(M, CPU_K, dtype=torch.bfloat16)
@@ -508,7 +539,7 @@ def cpu_main(args) -> dict:
                 f"  CPU M={M:4d} K={CPU_K} {layout:15s} fp8ops {row['fp8ops_cpu_us']:9.1f} us, "
                 f"torch eager reference {row['torch_eager_ref_cpu_us']:9.1f} us"
             )
-    return {"device": "cpu", "torch": torch.__version__, "cpu_rows": rows}
+    return rows
 
 
 # ---------------------------------------------------------------------------------- reporting
