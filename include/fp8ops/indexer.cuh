@@ -259,24 +259,26 @@ __device__ __forceinline__ void butterfly_lanes(float (&v)[kN], int m, int j) {
 }
 
 // Four lanes per head: moves a head's values from the load layout (lane j, register 8t + k holds
-// dim 32t + 8j + k) to the store layout (lane j, register r holds dim 32j + r) through the warp's
-// 512 bytes per head of shared memory at head_buf (512-byte aligned), as 16-byte units.
-// NOTES: unit u (dims 4u .. 4u + 3) sits at unit u ^ (2 ((u >> 3) & 3)) ^ (head slot & 1), so
-// that the eight lanes of a quarter warp (two heads) reach eight different bank groups both when
-// writing (u = 2j + 8t + s) and when reading (u = 8j + i). The addresses are one xor each.
-__device__ __forceinline__ void indexer_transpose(float (&v)[32], const float* head_buf, int j, int slot) {
+// dim 32t + 8j + k) to the store layout (lane j, register r holds dim 32j + r) through the head's
+// kIndexerSlotUnits 16-byte units of shared memory at head_buf.
+// NOTES: unit u = 8a + b (dims 4u .. 4u + 3, a = u >> 3) sits at unit 10a + b of the head's slot,
+// and slot k of the block at unit 41k. Lane j writes units 8t + 2j + s at 10t + 2j + s and reads
+// units 8j + i at 10j + i, so both are a per-lane base plus an immediate offset; and since 41 and
+// 10 are 1 and 2 modulo 8, the eight lanes of a quarter warp (two heads, slots 2q and 2q + 1)
+// reach eight different 16-byte bank groups both when writing and when reading.
+constexpr int kIndexerSlotUnits = 41;
+
+__device__ __forceinline__ void indexer_transpose(float (&v)[32], const float* head_buf, int j) {
   const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(head_buf));
-  const uint32_t h1 = static_cast<uint32_t>(slot & 1) << 4;
-  const uint32_t jj = static_cast<uint32_t>(j);
-  const uint32_t wbase = base ^ (jj << 5) ^ h1;
-  const uint32_t rbase = base ^ (jj << 7) ^ (jj << 5) ^ h1;
+  const uint32_t wbase = base + 32u * static_cast<uint32_t>(j);
+  const uint32_t rbase = base + 160u * static_cast<uint32_t>(j);
   __syncwarp();  // the previous head's reads are done before its buffer is written again
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       const float* x = v + 8 * t + 4 * s;
-      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(wbase ^ (160u * t + 16u * s)), "f"(x[0]), "f"(x[1]),
+      asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" ::"r"(wbase + 160u * t + 16u * s), "f"(x[0]), "f"(x[1]),
                    "f"(x[2]), "f"(x[3])
                    : "memory");
     }
@@ -286,7 +288,7 @@ __device__ __forceinline__ void indexer_transpose(float (&v)[32], const float* h
   for (int i = 0; i < 8; ++i) {
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(v[4 * i]), "=f"(v[4 * i + 1]), "=f"(v[4 * i + 2]), "=f"(v[4 * i + 3])
-                 : "r"(rbase ^ (16u * i))
+                 : "r"(rbase + 16u * i)
                  : "memory");
   }
 }
@@ -310,19 +312,21 @@ __device__ __forceinline__ void indexer_hadamard(float (&v)[IndexerSplit<kLanes>
   } else {
     butterfly_stage(v, 8);   // h = 32
     butterfly_stage(v, 16);  // h = 64
-    indexer_transpose(v, head_buf, j, (threadIdx.x & 31) / kLanes);
+    indexer_transpose(v, head_buf, j);
     butterfly_stage(v, 8);   // h = 8
     butterfly_stage(v, 16);  // h = 16
   }
 }
 
-// Steps 1-4 of one (token, head) whose loads are in ld and cs; stores when live.
-template <typename T, int kLanes>
-__device__ __forceinline__ void indexer_head(const IndexerParams& p, const IndexerLoad<kLanes>& ld,
+// Steps 1-4 of one (token, head) whose loads are in ld and cs; stores when live. Once ld's q is
+// unpacked, reload(ld) may load the next group into it.
+template <typename T, int kLanes, typename Reload>
+__device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad<kLanes>& ld,
                                              const IndexerRopeCs<kLanes>& cs, uint32_t item, bool live, int j,
-                                             const float* head_buf) {
+                                             const float* head_buf, Reload&& reload) {
   using S = IndexerSplit<kLanes>;
   constexpr int kDims = S::kDims;
+  const uint32_t w_bits = ld.w_bits;
   float v[kDims];
 #pragma unroll
   for (int c = 0; c < S::kChunks; ++c) {
@@ -334,6 +338,7 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
       v[8 * c + 2 * k + 1] = f.y;
     }
   }
+  reload(ld);
   if (p.rope_tail) {
     indexer_rope<kLanes, S::kChunks - S::kRopeChunks>(p, v, cs, j);
   } else {
@@ -384,7 +389,7 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, const Index
       *reinterpret_cast<uint2*>(dst + S::chunk_dim(t, j)) = make_uint2(words[2 * t], words[2 * t + 1]);
     }
   }
-  if (j == 0) p.w_out[item] = indexer_weight(bits_to_float<T>(ld.w_bits), p.weight_scale, scale);
+  if (j == 0) p.w_out[item] = indexer_weight(bits_to_float<T>(w_bits), p.weight_scale, scale);
 }
 
 // Option sets compiled into kernels of their own: a kernel for one set carries neither the
@@ -425,11 +430,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     indexer_q_quant_kernel(const IndexerParams params, const FastDivmod div_h, const uint32_t items) {
   using S = IndexerSplit<kLanes>;
   const IndexerParams p = indexer_fixed<kMode>(params);
-  // Four lanes: 512 bytes per head slot for the Hadamard's change of layout (indexer_transpose).
-  __shared__ __align__(512) float transpose_buf[kLanes == 4 ? kWarps * kIndexerHeadDim * S::kHeadsPerWarp : 1];
+  // Four lanes: a slot of kIndexerSlotUnits 16-byte units per head for the Hadamard's change of
+  // layout (indexer_transpose).
+  __shared__ __align__(16) float transpose_buf[kLanes == 4 ? kWarps * S::kHeadsPerWarp * kIndexerSlotUnits * 4 : 1];
   const int lane = threadIdx.x & 31;
   const int j = lane % kLanes;  // this lane's part of the head
-  const float* head_buf = transpose_buf + (kLanes == 4 ? (threadIdx.x / kLanes) * kIndexerHeadDim : 0);
+  const float* head_buf = transpose_buf + (kLanes == 4 ? (threadIdx.x / kLanes) * kIndexerSlotUnits * 4 : 0);
   const uint32_t groups = (items + S::kHeadsPerWarp - 1) / S::kHeadsPerWarp;
   const uint32_t stride = gridDim.x * kWarps;
   uint32_t g = blockIdx.x * kWarps + threadIdx.x / 32;
@@ -446,12 +452,12 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     const uint32_t raw_next = g_next * S::kHeadsPerWarp + lane / kLanes;
     // The current group's cos/sin first: its latency is the one that work on this group waits for.
     const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + indexer_cs_offset(p, cur.pos), j);
-    IndexerLoad<kLanes> next;
-    if (more) next = indexer_load<T, kVec, kLanes>(p, div_h, raw_next < items ? raw_next : items - 1, j);
     const bool live = raw_item < items;
-    indexer_head<T, kLanes>(p, cur, cs, live ? raw_item : items - 1, live, j, head_buf);
+    // The next group's loads go into cur once its q is unpacked, so no trip copies registers.
+    indexer_head<T, kLanes>(p, cur, cs, live ? raw_item : items - 1, live, j, head_buf, [&](IndexerLoad<kLanes>& ld) {
+      if (more) ld = indexer_load<T, kVec, kLanes>(p, div_h, raw_next < items ? raw_next : items - 1, j);
+    });
     if (!more) break;
-    cur = next;
     raw_item = raw_next;
     g = g_next;
   }
