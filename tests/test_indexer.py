@@ -189,7 +189,8 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
     several groups with the next one's loads in flight; an odd H leaves the last group partial and
     puts groups across tokens; inf/NaN in heads that are not the first ones a warp works on. Outputs
     are poisoned first. 9363 x 7 items take the capped four-lane launch shape (2^14 to 2^17 items),
-    18725 x 7 the uncapped one, each with both input dtypes (int64 positions with bf16, int32 with
+    18725 x 7 the uncapped one, whose warps have two to six groups each and so start staggered (on
+    the H200), each with both input dtypes (int64 positions with bf16, int32 with
     fp16); the DeepSeek option sets take their own kernels. (Below 2^14 items eight lanes per head
     run, one group per warp on the H200; ci/gpu.sh tune forces eight lanes onto these sizes.)"""
     for B, H, dtype in (

@@ -427,7 +427,8 @@ __device__ __forceinline__ IndexerParams indexer_fixed(IndexerParams p) {
 // multiprocessor (a register cap).
 template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
-    indexer_q_quant_kernel(const IndexerParams params, const FastDivmod div_h, const uint32_t items) {
+    indexer_q_quant_kernel(const IndexerParams params, const FastDivmod div_h, const uint32_t items,
+                           const uint32_t stagger_ns) {
   using S = IndexerSplit<kLanes>;
   const IndexerParams p = indexer_fixed<kMode>(params);
   // Four lanes: a slot of kIndexerSlotUnits 16-byte units per head for the Hadamard's change of
@@ -442,6 +443,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   wait_for_prior_grid();
   allow_next_grid();
   if (g >= groups) return;  // the whole warp leaves together
+  // Warp i of the grid's n starts about stagger_ns * i / n ns late (0: no delay).
+  if (stagger_ns != 0) __nanosleep(static_cast<uint32_t>(uint64_t(stagger_ns) * g / stride));
   // A lane group past the end works on the last item (every lane takes part in the shuffles)
   // and stores nothing.
   uint32_t raw_item = g * S::kHeadsPerWarp + lane / kLanes;
@@ -473,21 +476,32 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // (sweep 8), and a cap of 12 resident blocks measured slower at 16384. Two warps per block, and
 // no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape
 // in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own
-// group instead, and FP8OPS_TUNE_IDX_MODE=0 runs every option set on the kAny kernels.
+// group instead, FP8OPS_TUNE_IDX_MODE=0 runs every option set on the kAny kernels and
+// FP8OPS_TUNE_IDX_STAGGER sets the spread of the start times in ns (kIndexerStaggerNs).
 struct IndexerConfig {
   int lanes;         // per (token, head)
   int warps;         // per block
   int min_blocks;    // register cap: resident blocks asked of the compiler
   bool persist;      // grid capped at the resident blocks
   IndexerMode mode;  // the option set's own kernels (IndexerMode), or kAny
+  int stagger_ns;    // spread of the warps' start times (indexer_q_quant_kernel)
 };
 
+// Spread of the warps' start times for the uncapped four-lane shape when each warp has two to six
+// groups. NOTES: all warps starting at once request their first groups together and then wait
+// together for the cos/sin rows those groups need, and the warps stay in step for several trips
+// (run 17's timeline of B = 2048: every warp's first trip took 2.0-7.2 us, median 4.2-4.3, against
+// a median of 2.4-2.5 for the later ones). With that shape forced, spreading the starts over 1.5 us
+// took B = 1024, 1536 and 2048 from 9.52, 12.79 and 16.23 us to 9.05, 12.21 and 15.73, left
+// B = 3072 at 21.9 and took B = 4096 from 27.5 to 27.9 (docs/PERF.md, sweep 23). With the capped
+// shape it was measured at B = 2048 only, where it gained nothing; that shape starts at once.
+constexpr int kIndexerStaggerNs = 1500;
 constexpr int64_t kIndexerWideFrom = int64_t(1) << 14;      // items from which four lanes run
 constexpr int64_t kIndexerUncappedFrom = int64_t(1) << 17;  // items from which they run uncapped
 
 // mode: the call's option set, when its kernels of their own can run (16-byte loads).
 inline IndexerConfig indexer_config(int64_t items, IndexerMode mode) {
-  IndexerConfig c{4, 2, 0, true, mode};
+  IndexerConfig c{4, 2, 0, true, mode, 0};
 #if defined(FP8OPS_TUNING)
   if (tune_env("FP8OPS_TUNE_IDX_MODE", 1) == 0) c.mode = IndexerMode::kAny;
 #endif
@@ -502,6 +516,10 @@ inline IndexerConfig indexer_config(int64_t items, IndexerMode mode) {
   c.warps = tune_env("FP8OPS_TUNE_IDX_WARPS", c.warps);
   c.min_blocks = tune_env("FP8OPS_TUNE_IDX_MINB", c.min_blocks);
   c.persist = tune_env("FP8OPS_TUNE_IDX_PERSIST", c.persist) != 0;
+#endif
+  if (c.lanes == 4 && c.min_blocks == 0) c.stagger_ns = kIndexerStaggerNs;
+#if defined(FP8OPS_TUNING)
+  c.stagger_ns = tune_env("FP8OPS_TUNE_IDX_STAGGER", c.stagger_ns);
 #endif
   return c;
 }
@@ -518,7 +536,8 @@ inline int resident_blocks(int per_sm) {
 }
 
 template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
-cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, cudaStream_t stream) {
+cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, int stagger_ns,
+                                 cudaStream_t stream) {
   constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
   const auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode>;
   uint32_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
@@ -529,10 +548,17 @@ cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool pe
       return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0) == cudaSuccess ? n : 0;
     }();
     const int resident = resident_blocks(per_sm);
+    // The start times are spread only when every warp has two to six groups.
+    if (resident <= 0 || blocks < 2 * static_cast<uint32_t>(resident) ||
+        blocks >= 6 * static_cast<uint32_t>(resident)) {
+      stagger_ns = 0;
+    }
     if (resident > 0 && blocks > static_cast<uint32_t>(resident)) blocks = resident;
+  } else {
+    stagger_ns = 0;
   }
   return launch_with_pdl(kernel, dim3(blocks), dim3(kWarps * 32), stream, p, FastDivmod(static_cast<uint32_t>(p.H)),
-                         items);
+                         items, static_cast<uint32_t>(stagger_ns));
 }
 
 template <typename T, bool kVec, IndexerMode kMode>
@@ -540,7 +566,7 @@ cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const I
   if constexpr (kTuningBuild) {
 #define FP8OPS_IDX_SHAPE(L, W, B)                        \
   if (c.lanes == L && c.warps == W && c.min_blocks == B) \
-  return launch_indexer_shape<T, kVec, L, W, B, kMode>(p, items, c.persist, stream)
+  return launch_indexer_shape<T, kVec, L, W, B, kMode>(p, items, c.persist, c.stagger_ns, stream)
     FP8OPS_IDX_SHAPE(8, 2, 16);
     FP8OPS_IDX_SHAPE(8, 4, 0);
     FP8OPS_IDX_SHAPE(4, 2, 12);
@@ -550,11 +576,12 @@ cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const I
     FP8OPS_IDX_SHAPE(4, 4, 8);
 #undef FP8OPS_IDX_SHAPE
   }
-  if (c.lanes == 8) return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, stream);
+  if (c.lanes == 8) return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, stream);
   if constexpr (kMode != IndexerMode::kAny) {
-    if (c.min_blocks == 16) return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, stream);
+    if (c.min_blocks == 16)
+      return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, stream);
   }
-  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, stream);
+  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, stream);
 }
 
 template <typename T, bool kVec>
