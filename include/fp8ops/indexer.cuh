@@ -421,8 +421,9 @@ __device__ __forceinline__ IndexerParams indexer_fixed(IndexerParams p) {
 }
 
 // Each warp works on groups of 32 / kLanes consecutive (token, head) items: group g, then
-// g + (warps in the grid), and so on, with the next group's loads issued before the work on the
-// current one, so that the grid can be sized to what is resident and still keep loads in flight.
+// g + (warps in the grid), and so on, with the next group's loads issued during the work on the
+// current one (as soon as its q is unpacked), so that the grid can be sized to what is resident
+// and still keep loads in flight.
 // kWarps warps per block; kMinBlocks > 0 asks the compiler for that many resident blocks per
 // multiprocessor (a register cap).
 template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
