@@ -263,7 +263,7 @@ def bench_per_token(Ms, Ks, copy_tbps, dg):
                         functools.partial(_scales_then, transform, cr), xs
                     )
                 row["fp8ops_TBps"] = tbps(row["bytes"], row["fp8ops_us"])
-                row["pct_of_copy"] = 100.0 * row["fp8ops_TBps"] / copy_tbps
+                row["pct_of_copy"] = pct_of_copy(row["bytes"], row["fp8ops_us"], copy_tbps)
                 row["speedup_vs_compiled_ref"] = row["compiled_ref_us"] / row["fp8ops_us"]
                 rows.append(row)
                 same = row.get("fp8ops_same_input_us")
