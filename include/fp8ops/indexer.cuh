@@ -73,16 +73,6 @@ __device__ __forceinline__ void load_floats(float (&dst)[N], const float* src, b
   }
 }
 
-// The 16 bits of a bf16 or fp16 value (in the low half of bits) as a float.
-template <typename T>
-__device__ __forceinline__ float bits_to_float(uint32_t bits) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(bits << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  }
-}
-
 // A token's position as loaded: both words of an int64 position, or an int32 one and 0.
 struct IndexerRawPos {
   uint32_t lo, hi;
@@ -389,7 +379,8 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad
       *reinterpret_cast<uint2*>(dst + S::chunk_dim(t, j)) = make_uint2(words[2 * t], words[2 * t + 1]);
     }
   }
-  if (j == 0) p.w_out[item] = indexer_weight(bits_to_float<T>(w_bits), p.weight_scale, scale);
+  // The weight's bits are the low half of w_bits (the high half is 0).
+  if (j == 0) p.w_out[item] = indexer_weight(unpack_pair<T>(w_bits).x, p.weight_scale, scale);
 }
 
 // Option sets compiled into kernels of their own: a kernel for one set carries neither the
