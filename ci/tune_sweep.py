@@ -6,7 +6,8 @@
 Each configuration runs in its own process (the library reads FP8OPS_TUNE_* once), which times a
 fixed list of shapes the way the benchmark does (20 calls per CUDA graph, replay median, inputs
 rotated past L2) and prints one JSON line per shape. The parent prints a table per kernel with
-one column per configuration. Used to choose the defaults in group_quant.cuh and indexer.cuh; the
+one column per configuration. `--merge NAME=JSON ...` prints earlier --json files side by side
+(ci/var_sweep.sh). Used to choose the defaults in group_quant.cuh and indexer.cuh; the
 benchmark (python -m fp8ops.bench) measures the defaults.
 """
 
@@ -150,15 +151,42 @@ def key_of(row):
     return tuple((k, row[k]) for k in row if k not in ("us", "pct", "tbps", "config"))
 
 
+def merge(specs) -> None:
+    """Prints the rows of several --json files side by side: one column per NAME, the values of
+    that name's files in the order given (ci/var_sweep.sh: a variant's passes)."""
+    names, table = [], {}
+    for spec in specs:
+        name, path = spec.split("=", 1)
+        if name not in names:
+            names.append(name)
+        try:
+            with open(path) as f:
+                rows = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for row in rows:
+            table.setdefault(key_of(row), {}).setdefault(name, []).append(row)
+    print(" | ".join(["shape"] + names))
+    for key, by_name in table.items():
+        copy = key[0][1] == "copy"
+        fmt = (lambda r: f"{r['tbps']:.3f}") if copy else (lambda r: f"{r['us']:.2f}")
+        cells = [", ".join(fmt(r) for r in by_name.get(n, [])) or "-" for n in names]
+        print(" | ".join([",".join(f"{v}" for _, v in key) + (" TB/s" if copy else "")] + cells))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--worker", choices=("group", "indexer"))
     ap.add_argument("--kinds", default="group,indexer")
     ap.add_argument("--only", help="comma-separated configuration names to run (default: all)")
     ap.add_argument("--json")
+    ap.add_argument("--merge", nargs="+", metavar="NAME=JSON", help="print these --json files side by side, and exit")
     args = ap.parse_args()
     if args.worker:
         worker(args.worker)
+        return 0
+    if args.merge:
+        merge(args.merge)
         return 0
     rows = []
     for kind in args.kinds.split(","):

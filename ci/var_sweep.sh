@@ -2,8 +2,9 @@
 # A/B timing of kernel variants on a GPU machine: release libraries built elsewhere, one per
 # variant, in .var/<name>/fp8ops/_C.abi3.so (.var/ is not tracked; carry it). For each of two
 # passes, each variant in turn runs ci/tune_sweep.py with the library's own launch choice
-# ("auto"), in its own process; then a table of the passes side by side, then the GPU tests of
-# each variant, so that every variant timed is also held to the CPU reference.
+# ("auto"), in its own process; then a table of the passes side by side (tune_sweep.py --merge),
+# then the GPU tests of each variant, so that every variant timed is also held to the CPU
+# reference.
 #
 #   VARS="base new" bash ci/var_sweep.sh
 #
@@ -29,26 +30,8 @@ for pass in 0 1; do
     echo "done $v pass $pass $(date +%T)"
   done
 done
-$PY - "$OUT" $vars <<'PY' | tee "$OUT/var-sweep-table.txt"
-import json
-import sys
-
-out, names = sys.argv[1], sys.argv[2:]
-table = {}
-for v in names:
-    for p in (0, 1):
-        try:
-            with open(f"{out}/{v}-pass{p}.json") as f:
-                rows = json.load(f)
-        except (OSError, ValueError):
-            continue
-        for r in rows:
-            key = "copy TB/s" if r["op"] == "copy" else " ".join(str(r[k]) for k in r if k not in ("us", "pct", "tbps", "config"))
-            table.setdefault(key, {}).setdefault(v, []).append(r["tbps"] if r["op"] == "copy" else r["us"])
-print("case | " + " | ".join(names))
-for key, d in table.items():
-    print(f"{key} | " + " | ".join(", ".join(f"{x:.3f}" if key == "copy TB/s" else f"{x:.2f}" for x in d.get(v, [])) for v in names))
-PY
+$PY ci/tune_sweep.py --merge $(for v in $vars; do echo "$v=$OUT/$v-pass0.json $v=$OUT/$v-pass1.json"; done) \
+  | tee "$OUT/var-sweep-table.txt"
 run=$(mktemp -d)
 cp -r tests "$run/"
 for v in ${TEST_VARS:-$vars}; do
