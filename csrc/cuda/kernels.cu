@@ -77,9 +77,10 @@ void run_indexer_cuda(const PreparedIndexer& prep) {
   const int32_t device = prep.q_out.get_device_index();
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
+  const int sms = sm_count(device);
   const cudaError_t err = prep.dtype == ScalarType::BFloat16
-                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, stream)
-                              : launch_indexer_q_quant<__half>(prep.params, stream);
+                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, sms, stream)
+                              : launch_indexer_q_quant<__half>(prep.params, sms, stream);
   FP8OPS_CUDA_CHECK(err, "indexer_q_quant kernel");
 }
 

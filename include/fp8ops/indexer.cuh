@@ -516,19 +516,8 @@ inline IndexerConfig indexer_config(int64_t items, IndexerMode mode) {
   return c;
 }
 
-// Blocks resident on the current device at once, given how many fit on one multiprocessor
-// (0 when it cannot be told).
-inline int resident_blocks(int per_sm) {
-  int device = 0, sms = 0;
-  if (per_sm <= 0 || cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    return 0;
-  }
-  return per_sm * sms;
-}
-
 template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
-cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, int stagger_ns,
+cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, int stagger_ns, int sm_count,
                                  cudaStream_t stream) {
   constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
   const auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode>;
@@ -539,7 +528,7 @@ cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool pe
       int n = 0;
       return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0) == cudaSuccess ? n : 0;
     }();
-    const int resident = resident_blocks(per_sm);
+    const int resident = per_sm * sm_count;  // 0 when the occupancy query failed
     // The start times are spread only when every warp has two to six groups.
     if (resident <= 0 || blocks < 2 * static_cast<uint32_t>(resident) ||
         blocks >= 6 * static_cast<uint32_t>(resident)) {
@@ -554,11 +543,12 @@ cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool pe
 }
 
 template <typename T, bool kVec, IndexerMode kMode>
-cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const IndexerConfig& c, cudaStream_t stream) {
+cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const IndexerConfig& c, int sm_count,
+                                 cudaStream_t stream) {
   if constexpr (kTuningBuild) {
 #define FP8OPS_IDX_SHAPE(L, W, B)                        \
   if (c.lanes == L && c.warps == W && c.min_blocks == B) \
-  return launch_indexer_shape<T, kVec, L, W, B, kMode>(p, items, c.persist, c.stagger_ns, stream)
+  return launch_indexer_shape<T, kVec, L, W, B, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream)
     FP8OPS_IDX_SHAPE(8, 2, 16);
     FP8OPS_IDX_SHAPE(8, 4, 0);
     FP8OPS_IDX_SHAPE(4, 2, 12);
@@ -568,29 +558,33 @@ cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const I
     FP8OPS_IDX_SHAPE(4, 4, 8);
 #undef FP8OPS_IDX_SHAPE
   }
-  if (c.lanes == 8) return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, stream);
+  if (c.lanes == 8)
+    return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
   if constexpr (kMode != IndexerMode::kAny) {
     if (c.min_blocks == 16)
-      return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, stream);
+      return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
   }
-  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, stream);
+  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
 }
 
 template <typename T, bool kVec>
-cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, cudaStream_t stream) {
+cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, int sm_count, cudaStream_t stream) {
   // With 16-byte loads the DeepSeek option sets have kernels of their own (FP8OPS_TUNE_IDX_MODE=0
   // turns them off in benchmarking builds).
   const IndexerConfig c = indexer_config(items, kVec ? indexer_mode(p) : IndexerMode::kAny);
   if constexpr (kVec) {
-    if (c.mode == IndexerMode::kV4) return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, stream);
-    if (c.mode == IndexerMode::kV32) return launch_indexer_lanes<T, kVec, IndexerMode::kV32>(p, items, c, stream);
+    if (c.mode == IndexerMode::kV4)
+      return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, sm_count, stream);
+    if (c.mode == IndexerMode::kV32)
+      return launch_indexer_lanes<T, kVec, IndexerMode::kV32>(p, items, c, sm_count, stream);
   }
-  return launch_indexer_lanes<T, kVec, IndexerMode::kAny>(p, items, c, stream);
+  return launch_indexer_lanes<T, kVec, IndexerMode::kAny>(p, items, c, sm_count, stream);
 }
 
 // Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it).
 template <typename T>
-cudaError_t launch_indexer_q_quant(const IndexerParams& p, cudaStream_t stream) {
+// sm_count: the device's multiprocessors (the persistent grids' size).
+cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, cudaStream_t stream) {
   const int64_t items = p.B * p.H;
   if (items == 0) return cudaSuccess;
   if (items >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
@@ -598,7 +592,8 @@ cudaError_t launch_indexer_q_quant(const IndexerParams& p, cudaStream_t stream) 
   const bool vec = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && (p.q_stride_b * int64_t(sizeof(T))) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.cos_sin) % 16 == 0 && p.cs_stride_pos % 4 == 0;
   const uint32_t n = static_cast<uint32_t>(items);
-  return vec ? launch_indexer_vec<T, true>(p, n, stream) : launch_indexer_vec<T, false>(p, n, stream);
+  return vec ? launch_indexer_vec<T, true>(p, n, sm_count, stream)
+             : launch_indexer_vec<T, false>(p, n, sm_count, stream);
 }
 
 }  // namespace fp8ops
