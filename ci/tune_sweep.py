@@ -103,6 +103,15 @@ GROUP_MAJOR = [  # (T, G, D, packed)
     (4096, 16, 4096, False),
     (4096, 16, 4096, True),
 ]
+# FP8OPS_SWEEP_PER_TOKEN="32768x16384,2048x16384" replaces the group rows: those (M, K) in every
+# per-token layout, and no group-major rows.
+if os.environ.get("FP8OPS_SWEEP_PER_TOKEN"):
+    PER_TOKEN = [
+        (int(m), int(k), layout)
+        for m, k in (mk.split("x") for mk in os.environ["FP8OPS_SWEEP_PER_TOKEN"].split(","))
+        for layout in ("row", "col", "col_tma", "col_tma_packed")
+    ]
+    GROUP_MAJOR = []
 # FP8OPS_SWEEP_INDEXER_B="256,2048" replaces the token counts of the indexer rows.
 INDEXER_B = tuple(int(b) for b in os.environ.get("FP8OPS_SWEEP_INDEXER_B", "1,8,64,256,512,2048,16384").split(","))
 

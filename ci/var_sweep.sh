@@ -9,9 +9,10 @@
 #   VARS="base new" bash ci/var_sweep.sh
 #
 # VARS: the variants (default: every directory under .var/ with a library); KINDS: what
-# tune_sweep.py times (default indexer); SWEEP_B: the indexer's B values; TEST_VARS: the variants
-# to test (default all); TEST_FILES: the test files (default tests/test_indexer.py). Logs and
-# JSON go to $OUT (default ./gpu-out).
+# tune_sweep.py times (default indexer); SWEEP_B: the indexer's B values (FP8OPS_SWEEP_PER_TOKEN,
+# passed through, picks the group rows: see tune_sweep.py); TEST_VARS: the variants to test
+# (default all, none: no tests); TEST_FILES: the test files (default tests/test_indexer.py). Logs
+# and JSON go to $OUT (default ./gpu-out).
 set -u
 cd "$(dirname "$0")/.."
 src=$PWD
@@ -35,6 +36,7 @@ $PY ci/tune_sweep.py --merge $(for v in $vars; do echo "$v=$OUT/$v-pass0.json $v
 run=$(mktemp -d)
 cp -r tests "$run/"
 for v in ${TEST_VARS:-$vars}; do
+  [ "$v" = none ] && continue
   echo "== tests $v" | tee -a "$OUT/var-sweep-tests.log"
   (cd "$run" && PYTHONPATH=$src/.var/$v FP8OPS_REQUIRE_GPU=1 $PY -m pytest -q -p no:cacheprovider -m gpu \
     ${TEST_FILES:-tests/test_indexer.py} 2>&1 | tail -3) | tee -a "$OUT/var-sweep-tests.log"

@@ -13,6 +13,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <type_traits>
@@ -41,6 +43,13 @@ __device__ __forceinline__ void allow_next_grid() {
 #endif
 }
 
+// L2 prefetch of the line holding ptr: a hint that changes no value any load returns (the L2 is
+// the device memory's point of coherence, and a prefetch is not a read), so it may run before
+// wait_for_prior_grid. A kernel's blocks that become resident while the previous grid is still
+// finishing request their first lines then, and their loads after the wait find them in L2
+// (docs/PERF.md, sweep 28). The ptr must lie in an allocation.
+__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
+
 #if defined(FP8OPS_TUNING)
 constexpr bool kTuningBuild = true;
 // Benchmarking builds only: the integer value of the environment variable name, or dflt when it
@@ -54,7 +63,8 @@ constexpr bool kTuningBuild = false;
 #endif
 
 // Launches kernel with programmatic stream serialization allowed (see wait_for_prior_grid).
-// Benchmarking builds (FP8OPS_TUNING) launch without it when FP8OPS_TUNE_PDL=0.
+// Benchmarking builds (FP8OPS_TUNING) launch without it when FP8OPS_TUNE_PDL=0, and issue no
+// early prefetches (prefetch_l2) when FP8OPS_TUNE_PREFETCH=0 (prefetch_ahead).
 template <typename... KArgs, typename... Args>
 cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
   cudaLaunchAttribute attr[1];
@@ -72,6 +82,16 @@ cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cud
   config.numAttrs = pdl ? 1 : 0;
 #endif
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+// Whether kernels prefetch their first lines before waiting for the previous grid.
+inline bool prefetch_ahead() {
+#if defined(FP8OPS_TUNING)
+  static const bool on = tune_env("FP8OPS_TUNE_PREFETCH", 1) != 0;
+  return on;
+#else
+  return true;
+#endif
 }
 
 // Amax of one thread's 16 bytes of x (finite elements only), as a float.
@@ -153,11 +173,12 @@ struct RowMap {
 // blockDim.x is a multiple of kLanes; with kGroups a chunk is one per group of a pair), blockDim.y
 // row slots are in flight per block, and the grid strides over rows. Column-side offsets are
 // computed once per thread; a row costs a few integer operations and one multiply-shift division
-// (by G, or by T_s with kMnRows).
+// (by G, or by T_s with kMnRows). Blocks below prefetch_blocks (in launch order) prefetch their
+// first lines before waiting for the previous grid (prefetch_l2).
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap, bool kStream>
 __global__ void __launch_bounds__(kGroupQuantThreads, 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
-                       const bool gather_words) {
+                       const bool gather_words, const uint32_t prefetch_blocks) {
   constexpr int kVec = kThreadBytes / sizeof(T);  // elements per thread and row
   constexpr int kHalf = kVec / 2;                 // elements per 16-byte load
   constexpr int kLanes = kGroupSize / kVec;
@@ -192,8 +213,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
   }
   const uint32_t slot_step = gridDim.y * blockDim.y;
   const T* __restrict__ x = static_cast<const T*>(p.x);
-  wait_for_prior_grid();
-  allow_next_grid();
+  bool waited = false;
 
   // TMA padding rows of the scales outside kMnRows (T_q <= t < T_s, at most 3 per g): pad row
   // r = (t - T_q) * G + g goes to slot r % slot_step and there to lane (r / slot_step) % kLanes
@@ -246,11 +266,30 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
         live[u] = r < rows;
       }
     }
+    const T* srcs[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int cu = kSVec ? u : 0;  // the unit's column
       data[u] = col_valid[cu] && live[u] && rm[u].t < p.T;
-      const T* src = x + rm[u].t * p.x_stride_t + rm[u].g * p.x_stride_g + col[cu];
+      srcs[u] = x + rm[u].t * p.x_stride_t + rm[u].g * p.x_stride_g + col[cu];
+    }
+    if (!waited) {
+      // The first units' lines, requested before the wait by the blocks of the first wave (those
+      // that can start while the previous grid is finishing), one prefetch per line: the thread
+      // whose 32 bytes start it. Later blocks would only add requests for lines they load at once.
+      if (blockIdx.y * gridDim.x + blockIdx.x < prefetch_blocks) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (data[u] && (reinterpret_cast<uintptr_t>(srcs[u]) & 127) < kThreadBytes) prefetch_l2(srcs[u]);
+        }
+      }
+      wait_for_prior_grid();
+      allow_next_grid();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const T* src = srcs[u];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if constexpr (kVec16) {
@@ -359,6 +398,10 @@ __global__ void __launch_bounds__(kGroupQuantThreads, 3)
       }
     }
   }
+  if (!waited) {
+    wait_for_prior_grid();
+    allow_next_grid();
+  }
   if (!kMnVec && pad_pending) zero_pad_rows();
 }
 
@@ -401,18 +444,45 @@ inline GroupQuantConfig tuned_config() {
 inline GroupQuantConfig tuned_config() { return GroupQuantConfig{}; }
 #endif
 
+// Resident blocks per multiprocessor of kKernel at threads per block (a power of two), asked once
+// per kernel and block size (the same on every device of the architecture the library runs on);
+// 0 when the query failed, whose error is cleared so that no later check reports it.
+template <auto kKernel>
+int resident_blocks_per_sm(uint32_t threads) {
+  static std::array<std::atomic<int>, 11> cache{};  // by log2(threads); 0: not asked yet
+  std::atomic<int>& slot = cache[std::min(31 - __builtin_clz(threads | 1u), 10)];
+  int n = slot.load(std::memory_order_relaxed);
+  if (n == 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, static_cast<int>(threads), 0) != cudaSuccess) {
+      (void)cudaGetLastError();
+      n = -1;
+    }
+    slot.store(n, std::memory_order_relaxed);
+  }
+  return n > 0 ? n : 0;
+}
+
+// Launches a group quantization kernel; the blocks of its first wave prefetch their first lines.
+template <auto kKernel>
+cudaError_t launch_group_quant_grid(dim3 grid, dim3 block, int sm_count, cudaStream_t stream, const GroupQuantParams& p,
+                                    const FastDivmod& div, uint32_t rows, bool gather_words) {
+  const uint32_t first_wave =
+      prefetch_ahead() ? static_cast<uint32_t>(resident_blocks_per_sm<kKernel>(block.x * block.y) * sm_count) : 0u;
+  return launch_with_pdl(kKernel, grid, block, stream, p, div, rows, gather_words, first_wave);
+}
+
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap>
-cudaError_t launch_group_quant_kernel(bool stream_loads, dim3 grid, dim3 block, cudaStream_t stream,
+cudaError_t launch_group_quant_kernel(bool stream_loads, dim3 grid, dim3 block, int sm_count, cudaStream_t stream,
                                       const GroupQuantParams& p, const FastDivmod& div, uint32_t rows,
                                       bool gather_words) {
   if constexpr (kTuningBuild) {
     if (stream_loads) {
-      return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, true>, grid, block, stream, p,
-                             div, rows, gather_words);
+      return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, true>>(
+          grid, block, sm_count, stream, p, div, rows, gather_words);
     }
   }
-  return launch_with_pdl(group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, false>, grid, block, stream, p, div,
-                         rows, gather_words);
+  return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, false>>(
+      grid, block, sm_count, stream, p, div, rows, gather_words);
 }
 
 // Block shape and unroll for the 2-D grid: blockDim.x the largest power of two (<= 256) that
@@ -497,9 +567,9 @@ cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cud
   const uint32_t grid_y = std::min<uint32_t>((rows + rows_per_block - 1) / rows_per_block, 65535u);
   const FastDivmod div(static_cast<uint32_t>(mn_vec ? p.T_s : p.G));
   const dim3 grid(grid_x, grid_y), block(bx, by);
-#define FP8OPS_LAUNCH(U, MAP)                                                                                        \
-  launch_group_quant_kernel<T, kGroupSize, kVec16, U, UnitMap::MAP>(stream_loads, grid, block, stream, p, div, rows, \
-                                                                    gather_words)
+#define FP8OPS_LAUNCH(U, MAP)                                                                                       \
+  launch_group_quant_kernel<T, kGroupSize, kVec16, U, UnitMap::MAP>(stream_loads, grid, block, sm_count, stream, p, \
+                                                                    div, rows, gather_words)
   if (unroll == 1) return FP8OPS_LAUNCH(1, kRowsApart);
   if (mn_vec && unroll == 2) return FP8OPS_LAUNCH(2, kMnRows);
   if (s_vec) return FP8OPS_LAUNCH(2, kGroups);

@@ -383,6 +383,24 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad
   if (j == 0) p.w_out[item] = indexer_weight(unpack_pair<T>(w_bits).x, p.weight_scale, scale);
 }
 
+// Before the wait for the previous grid (prefetch_l2): the L2 lines of the warp's first group
+// of q, one per lane (8 or 16 lanes), and its first token's position. The persistent grid is one
+// wave, so every warp does this; those resident while the previous grid finishes gain. Measured
+// (docs/PERF.md, sweep 28): B = 1024 and 2048 about 0.3-0.5 us faster; the first two groups were
+// slower from B = 1024 on.
+template <typename T, int kLanes>
+__device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const FastDivmod& div_h, uint32_t g,
+                                                 uint32_t items, int lane) {
+  constexpr int kHeads = IndexerSplit<kLanes>::kHeadsPerWarp;
+  constexpr int kLinesPerHead = kIndexerHeadDim * sizeof(T) / 128;
+  const uint32_t item = g * kHeads + lane / kLinesPerHead;
+  if (lane >= kHeads * kLinesPerHead || item >= items) return;
+  const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
+  const char* head = reinterpret_cast<const char*>(static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim);
+  prefetch_l2(head + (lane % kLinesPerHead) * 128);
+  if (lane == 0) prefetch_l2(static_cast<const char*>(p.positions) + b * p.pos_stride * (p.pos_int64 ? 8 : 4));
+}
+
 // Option sets compiled into kernels of their own: a kernel for one set carries neither the
 // branches nor the registers of the others (72 registers instead of 80 with four lanes, about 9%
 // fewer instructions per group). kAny reads every option from the parameters.
@@ -420,7 +438,7 @@ __device__ __forceinline__ IndexerParams indexer_fixed(IndexerParams p) {
 template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     indexer_q_quant_kernel(const IndexerParams params, const FastDivmod div_h, const uint32_t items,
-                           const uint32_t stagger_ns) {
+                           const uint32_t stagger_ns, const bool prefetch) {
   using S = IndexerSplit<kLanes>;
   const IndexerParams p = indexer_fixed<kMode>(params);
   // Four lanes: a slot of kIndexerSlotUnits 16-byte units per head for the Hadamard's change of
@@ -432,6 +450,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const uint32_t groups = (items + S::kHeadsPerWarp - 1) / S::kHeadsPerWarp;
   const uint32_t stride = gridDim.x * kWarps;
   uint32_t g = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (prefetch && g < groups) indexer_prefetch<T, kLanes>(p, div_h, g, items, lane);
   wait_for_prior_grid();
   allow_next_grid();
   if (g >= groups) return;  // the whole warp leaves together
@@ -539,7 +558,7 @@ cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool pe
     stagger_ns = 0;
   }
   return launch_with_pdl(kernel, dim3(blocks), dim3(kWarps * 32), stream, p, FastDivmod(static_cast<uint32_t>(p.H)),
-                         items, static_cast<uint32_t>(stagger_ns));
+                         items, static_cast<uint32_t>(stagger_ns), prefetch_ahead());
 }
 
 template <typename T, bool kVec, IndexerMode kMode>
