@@ -539,15 +539,11 @@ template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, Indexer
 cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, int stagger_ns, int sm_count,
                                  cudaStream_t stream) {
   constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
-  const auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode>;
+  constexpr auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode>;
   uint32_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
   if (persist) {
-    // Blocks per multiprocessor, the same on every device of the architecture the library runs on.
-    static const int per_sm = [&] {
-      int n = 0;
-      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kWarps * 32, 0) == cudaSuccess ? n : 0;
-    }();
-    const int resident = per_sm * sm_count;  // 0 when the occupancy query failed
+    // 0 when the occupancy query failed.
+    const int resident = resident_blocks_per_sm<kernel>(kWarps * 32) * sm_count;
     // The start times are spread only when every warp has two to six groups.
     if (resident <= 0 || blocks < 2 * static_cast<uint32_t>(resident) ||
         blocks >= 6 * static_cast<uint32_t>(resident)) {
