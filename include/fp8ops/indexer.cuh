@@ -122,13 +122,19 @@ struct IndexerLoad {
   IndexerRawPos pos;                         // the token's position
 };
 
+// The 128 q values of token b, head h.
+template <typename T>
+__device__ __forceinline__ const T* indexer_q_head(const IndexerParams& p, uint32_t b, uint32_t h) {
+  return static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim;
+}
+
 template <typename T, bool kVec, int kLanes>
 __device__ __forceinline__ IndexerLoad<kLanes> indexer_load(const IndexerParams& p, const FastDivmod& div_h,
                                                             uint32_t item, int j) {
   using S = IndexerSplit<kLanes>;
   const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
   IndexerLoad<kLanes> ld;
-  const T* src = static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim;
+  const T* src = indexer_q_head<T>(p, b, h);
 #pragma unroll
   for (int t = 0; t < S::kChunks; ++t) {
     const T* chunk = src + S::chunk_dim(t, j);
@@ -396,8 +402,9 @@ __device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const F
   const uint32_t item = g * kHeads + lane / kLinesPerHead;
   if (lane >= kHeads * kLinesPerHead || item >= items) return;
   const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
-  const char* head = reinterpret_cast<const char*>(static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim);
-  prefetch_l2(head + (lane % kLinesPerHead) * 128);
+  prefetch_l2(reinterpret_cast<const char*>(indexer_q_head<T>(p, b, h)) + (lane % kLinesPerHead) * 128);
+  // The address indexer_position_raw reads, as a byte offset: its pointer select here changed the
+  // register allocation of the whole kernel (cuobjdump), so the measured kernels would change.
   if (lane == 0) prefetch_l2(static_cast<const char*>(p.positions) + b * p.pos_stride * (p.pos_int64 ? 8 : 4));
 }
 
@@ -596,9 +603,9 @@ cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, int sm_co
   return launch_indexer_lanes<T, kVec, IndexerMode::kAny>(p, items, c, sm_count, stream);
 }
 
-// Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it).
+// Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it). sm_count:
+// the device's multiprocessors (the persistent grids' size).
 template <typename T>
-// sm_count: the device's multiprocessors (the persistent grids' size).
 cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, cudaStream_t stream) {
   const int64_t items = p.B * p.H;
   if (items == 0) return cudaSuccess;
