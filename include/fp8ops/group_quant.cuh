@@ -175,8 +175,12 @@ struct RowMap {
 // computed once per thread; a row costs a few integer operations and one multiply-shift division
 // (by G, or by T_s with kMnRows). Blocks below prefetch_blocks (in launch order) prefetch their
 // first lines before waiting for the previous grid (prefetch_l2).
+// NOTES: pairs of groups (kGroups) are held to 48 registers, five resident blocks of 256 threads
+// like the MN-major pairs of rows, with no spills; under the cap of three blocks they took 56
+// registers, four blocks, and the row layout ran 2.5-3.3% slower than the MN-major layouts on
+// large inputs (docs/PERF.md, sweep 30).
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap, bool kStream>
-__global__ void __launch_bounds__(kGroupQuantThreads, 3)
+__global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ? 5 : 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
                        const bool gather_words, const uint32_t prefetch_blocks) {
   constexpr int kVec = kThreadBytes / sizeof(T);  // elements per thread and row
