@@ -177,8 +177,8 @@ struct RowMap {
 // first lines before waiting for the previous grid (prefetch_l2).
 // NOTES: pairs of groups (kGroups) are held to 48 registers, five resident blocks of 256 threads
 // like the MN-major pairs of rows, with no spills; under the cap of three blocks they took 56
-// registers, four blocks, and the row layout ran 2.5-3.3% slower than the MN-major layouts on
-// large inputs (docs/PERF.md, sweep 30).
+// registers, four blocks, and the row layout ran 2-3% slower than the MN-major layouts on large
+// inputs (docs/PERF.md, sweep 30).
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap, bool kStream>
 __global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ? 5 : 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
