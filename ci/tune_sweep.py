@@ -44,8 +44,15 @@ GROUP_CONFIGS = {
 }
 # lN: N lanes per (token, head); wN: N warps per block; bN: at least N resident blocks asked of the
 # compiler (a register cap); -np: one group per warp (grid not capped at the resident blocks);
-# auto: the library's own choice; auto-any: the same without the kernels of fixed option sets.
-INDEXER_CONFIGS = {"auto": {}, "auto-any": {"FP8OPS_TUNE_IDX_MODE": "0"}} | {
+# auto: the library's own choice; auto-any: the same without the kernels of fixed option sets;
+# auto-noshare: from 2^14 items two-warp blocks with no register cap and the grid-wide schedule
+# (evict-first loads of q where the library uses them); auto-nostream: no evict-first loads of q.
+INDEXER_CONFIGS = {
+    "auto": {},
+    "auto-any": {"FP8OPS_TUNE_IDX_MODE": "0"},
+    "auto-noshare": {"FP8OPS_TUNE_IDX_SHARE": "0", "FP8OPS_TUNE_IDX_WARPS": "2", "FP8OPS_TUNE_IDX_MINB": "0"},
+    "auto-nostream": {"FP8OPS_TUNE_IDX_STREAM": "0"},
+} | {
     f"l{lanes}w{w}" + (f"b{b}" if b else "") + ("" if persist else "-np"): {
         "FP8OPS_TUNE_IDX_LANES": str(lanes),
         "FP8OPS_TUNE_IDX_WARPS": str(w),

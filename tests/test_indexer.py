@@ -218,19 +218,60 @@ def test_cuda_bit_identical_many_groups_per_warp(rope_tail, rope_neox, hadamard)
 
 
 @pytest.mark.gpu
-def test_cuda_clamps_out_of_range_positions_and_writes_everything():
-    args = on_cuda(make_case(9))
-    args[4][3] = 10**9
-    args[4][5] = -7
-    q8, w = fp8ops.indexer_q_quant(*args)
+@pytest.mark.parametrize("pos_dtype", (torch.int32, torch.int64))
+@pytest.mark.parametrize("B, H", ((9, 8), (300, 64), (2048, 64)))
+def test_cuda_clamps_out_of_range_positions_and_writes_everything(pos_dtype, B, H):
+    """Positions outside the cache, on the eight-lane kernels (B = 9), the capped four-lane ones
+    (B = 300) and the four-lane ones with many groups per warp (B = 2048): every output is written
+    and finite, the rows of in-range positions equal the CPU kernel's, and the others are those of
+    the nearest end of the cache (the kernel clamps; SPEC leaves those rows unspecified, this pins
+    the clamp that keeps every read inside the cache). int64 values past 2^32 and below -2^32
+    included."""
+    args = make_case(B, H=H, pos_dtype=pos_dtype)
+    max_pos = args[3].shape[0]
+    pos = args[4]
+    bad = {3: 10**9 if pos_dtype == torch.int32 else 2**33 + 5, 5: -7, B - 1: max_pos}
+    if pos_dtype == torch.int64:
+        bad[1] = -(2**32) + 5  # low word in range, value negative
+        bad[2] = 2**32 + 3  # low word in range, value past the cache
+    for i, v in bad.items():
+        pos[i] = v
+    cuda_args = on_cuda(args)
+    q8, w = poisoned_call(fp8ops.indexer_q_quant, *cuda_args)
     torch.cuda.synchronize()
     assert not ((q8.view(torch.uint8) & 0x7F) == 0x7F).any() and torch.isfinite(w).all()
-    good = [i for i in range(9) if i not in (3, 5)]
-    cpu_args = [a.cpu()[good] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == 9 else a for a in args]
-    cpu_args[3] = args[3].cpu()
-    cq, cw = fp8ops.indexer_q_quant(*cpu_args)
-    assert_same_bits(q8[good], cq, "in-range rows")
-    assert_same_bits(w[good], cw, "in-range weights")
+    clamped = list(args)
+    clamped[4] = pos.clamp(0, max_pos - 1)
+    cq, cw = fp8ops.indexer_q_quant(*clamped)
+    assert_same_bits(q8, cq, "q_fp8 with clamped positions")
+    assert_same_bits(w, cw, "weights_out with clamped positions")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("what", ("q", "weight", "positions"))
+def test_cuda_offsets_past_2_31(what):
+    """An input whose element offsets reach past 2^31 (a row stride of about 2^30 over three
+    tokens): the DeepSeek-V4 options then run on the kernels with 64-bit offsets, bit-identical to
+    the CPU kernel. Needs about 5 GiB of free GPU memory."""
+    if torch.cuda.mem_get_info()[0] < 6 * 2**30:
+        pytest.skip("fewer than 6 GiB of free GPU memory")
+    B, H = 3, 8
+    args = make_case(B, H=H)
+    cuda_args = on_cuda(args)
+    stride = 2**30 + 1024
+    if what == "q":
+        big = torch.empty(stride * (B - 1) + H * 128, dtype=args[0].dtype, device="cuda")
+        view = big.as_strided((B, H, 128), (stride, 128, 1))
+    elif what == "weight":
+        big = torch.empty(stride * (B - 1) + H, dtype=args[1].dtype, device="cuda")
+        view = big.as_strided((B, H), (stride, 1))
+    else:
+        big = torch.empty(stride // 8 * (B - 1) + 1, dtype=torch.int64, device="cuda")
+        view = big.as_strided((B,), (stride // 8,))
+    index = {"q": 0, "weight": 1, "positions": 4}[what]
+    view.copy_(cuda_args[index])
+    cuda_args[index] = view
+    check_cuda_matches_cpu(args, cuda_args, f"{what} with a 2^30 stride", poison=True)
 
 
 @pytest.mark.gpu

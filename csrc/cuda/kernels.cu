@@ -25,18 +25,22 @@ cudaStream_t current_stream(int32_t device) {
   return static_cast<cudaStream_t>(stream);
 }
 
-// Multiprocessor count per device, read once (cudaDeviceGetAttribute is not free on a hot path).
-int sm_count(int32_t device) {
+// A device attribute, read once per device (cudaDeviceGetAttribute is not free on a hot path).
+template <cudaDeviceAttr kAttr>
+int device_attribute(int32_t device, const char* what) {
   static std::array<std::atomic<int>, 64> cache{};
   if (device >= 0 && device < static_cast<int32_t>(cache.size())) {
     int n = cache[device].load(std::memory_order_relaxed);
     if (n > 0) return n;
   }
   int n = 0;
-  FP8OPS_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "sm_count");
+  FP8OPS_CUDA_CHECK(cudaDeviceGetAttribute(&n, kAttr, device), what);
   if (device >= 0 && device < static_cast<int32_t>(cache.size())) cache[device].store(n, std::memory_order_relaxed);
   return n;
 }
+
+int sm_count(int32_t device) { return device_attribute<cudaDevAttrMultiProcessorCount>(device, "sm_count"); }
+int64_t l2_bytes(int32_t device) { return device_attribute<cudaDevAttrL2CacheSize>(device, "l2_bytes"); }
 
 }  // namespace
 
@@ -78,9 +82,10 @@ void run_indexer_cuda(const PreparedIndexer& prep) {
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const int sms = sm_count(device);
+  const int64_t l2 = l2_bytes(device);
   const cudaError_t err = prep.dtype == ScalarType::BFloat16
-                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, sms, stream)
-                              : launch_indexer_q_quant<__half>(prep.params, sms, stream);
+                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, sms, l2, stream)
+                              : launch_indexer_q_quant<__half>(prep.params, sms, l2, stream);
   FP8OPS_CUDA_CHECK(err, "indexer_q_quant kernel");
 }
 

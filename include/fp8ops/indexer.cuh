@@ -93,9 +93,16 @@ __device__ __forceinline__ uint32_t indexer_weight_bits(const void* w, bool lane
   return bits;
 }
 
-__device__ __forceinline__ IndexerRawPos indexer_position_raw(const IndexerParams& p, int64_t b) {
-  const void* at = p.pos_int64 ? static_cast<const void*>(static_cast<const int64_t*>(p.positions) + b * p.pos_stride)
-                               : static_cast<const void*>(static_cast<const int32_t*>(p.positions) + b * p.pos_stride);
+// kNarrow: the kernels whose offsets fit in 32 bits (indexer_narrow) compute them in 32 bits.
+template <bool kNarrow>
+__device__ __forceinline__ IndexerRawPos indexer_position_raw(const IndexerParams& p, uint32_t b) {
+  const void* at;
+  if constexpr (kNarrow) {
+    at = static_cast<const char*>(p.positions) + ((b * static_cast<uint32_t>(p.pos_stride)) << (p.pos_int64 ? 3 : 2));
+  } else {
+    at = p.pos_int64 ? static_cast<const void*>(static_cast<const int64_t*>(p.positions) + b * p.pos_stride)
+                     : static_cast<const void*>(static_cast<const int32_t*>(p.positions) + b * p.pos_stride);
+  }
   IndexerRawPos r;
   asm volatile(
       "{\n .reg .pred q;\n .reg .u64 a;\n setp.ne.b32 q, %3, 0;\n cvta.to.global.u64 a, %2;\n mov.b32 %1, 0;\n"
@@ -105,13 +112,23 @@ __device__ __forceinline__ IndexerRawPos indexer_position_raw(const IndexerParam
   return r;
 }
 
-// Offset of the cos/sin row of a raw position, clamped into the cache.
+// The cos/sin row of a raw position, clamped into the cache.
 // NOTES: out-of-range positions are clamped so that no read leaves the cache; SPEC leaves those
 // rows' values unspecified (the CPU kernel raises instead).
-__device__ __forceinline__ int64_t indexer_cs_offset(const IndexerParams& p, IndexerRawPos r) {
-  const int64_t pos = p.pos_int64 ? static_cast<int64_t>((static_cast<uint64_t>(r.hi) << 32) | r.lo)
-                                  : static_cast<int64_t>(static_cast<int32_t>(r.lo));
-  return (pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos)) * p.cs_stride_pos;
+// kNarrow: max_pos and the row offsets are below 2^31; an int32 position's r.hi is 0, so a value
+// is out of range when r.hi != 0 or r.lo > max_pos - 1 as unsigned, and negative by its sign bit.
+template <bool kNarrow>
+__device__ __forceinline__ const float* indexer_cs_row(const IndexerParams& p, IndexerRawPos r) {
+  if constexpr (kNarrow) {
+    const uint32_t last = static_cast<uint32_t>(p.max_pos) - 1u;
+    const bool neg = static_cast<int32_t>(p.pos_int64 ? r.hi : r.lo) < 0;
+    const uint32_t pos = (r.hi != 0u || r.lo > last) ? (neg ? 0u : last) : r.lo;
+    return p.cos_sin + pos * static_cast<uint32_t>(p.cs_stride_pos);
+  } else {
+    const int64_t pos = p.pos_int64 ? static_cast<int64_t>((static_cast<uint64_t>(r.hi) << 32) | r.lo)
+                                    : static_cast<int64_t>(static_cast<int32_t>(r.lo));
+    return p.cos_sin + (pos < 0 ? 0 : (pos >= p.max_pos ? p.max_pos - 1 : pos)) * p.cs_stride_pos;
+  }
 }
 
 // q, weight and position of one (token, head), loaded ahead of the work on it.
@@ -123,31 +140,44 @@ struct IndexerLoad {
 };
 
 // The 128 q values of token b, head h.
-template <typename T>
+template <typename T, bool kNarrow>
 __device__ __forceinline__ const T* indexer_q_head(const IndexerParams& p, uint32_t b, uint32_t h) {
+  if constexpr (kNarrow)
+    return static_cast<const T*>(p.q) + (b * static_cast<uint32_t>(p.q_stride_b) + h * kIndexerHeadDim);
   return static_cast<const T*>(p.q) + b * p.q_stride_b + h * kIndexerHeadDim;
 }
 
-template <typename T, bool kVec, int kLanes>
+template <typename T, bool kNarrow>
+__device__ __forceinline__ const T* indexer_weight_at(const IndexerParams& p, uint32_t b, uint32_t h) {
+  if constexpr (kNarrow) {
+    return static_cast<const T*>(p.weight) +
+           (b * static_cast<uint32_t>(p.w_stride_b) + h * static_cast<uint32_t>(p.w_stride_h));
+  }
+  return static_cast<const T*>(p.weight) + b * p.w_stride_b + h * p.w_stride_h;
+}
+
+// kStream: q's 16-byte loads are marked evict-first (ld.global.cs), so that the L2 keeps the
+// outputs and the cos/sin rows rather than q, which is read once (indexer_config).
+template <typename T, bool kVec, int kLanes, bool kNarrow, bool kStream>
 __device__ __forceinline__ IndexerLoad<kLanes> indexer_load(const IndexerParams& p, const FastDivmod& div_h,
                                                             uint32_t item, int j) {
   using S = IndexerSplit<kLanes>;
   const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
   IndexerLoad<kLanes> ld;
-  const T* src = indexer_q_head<T>(p, b, h);
+  const T* src = indexer_q_head<T, kNarrow>(p, b, h);
 #pragma unroll
   for (int t = 0; t < S::kChunks; ++t) {
     const T* chunk = src + S::chunk_dim(t, j);
     if constexpr (kVec) {
-      ld.raw[t] = *reinterpret_cast<const uint4*>(chunk);
+      ld.raw[t] = kStream ? __ldcs(reinterpret_cast<const uint4*>(chunk)) : *reinterpret_cast<const uint4*>(chunk);
     } else {
       T* e = reinterpret_cast<T*>(&ld.raw[t]);
 #pragma unroll
       for (int k = 0; k < 8; ++k) e[k] = chunk[k];
     }
   }
-  ld.w_bits = indexer_weight_bits(static_cast<const T*>(p.weight) + b * p.w_stride_b + h * p.w_stride_h, j == 0);
-  ld.pos = indexer_position_raw(p, b);
+  ld.w_bits = indexer_weight_bits(indexer_weight_at<T, kNarrow>(p, b, h), j == 0);
+  ld.pos = indexer_position_raw<kNarrow>(p, b);
   return ld;
 }
 
@@ -316,7 +346,7 @@ __device__ __forceinline__ void indexer_hadamard(float (&v)[IndexerSplit<kLanes>
 
 // Steps 1-4 of one (token, head) whose loads are in ld and cs; stores when live. Once ld's q is
 // unpacked, reload(ld) may load the next group into it.
-template <typename T, int kLanes, typename Reload>
+template <typename T, int kLanes, bool kNarrow, typename Reload>
 __device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad<kLanes>& ld,
                                              const IndexerRopeCs<kLanes>& cs, uint32_t item, bool live, int j,
                                              const float* head_buf, Reload&& reload) {
@@ -372,7 +402,7 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad
     for (int k = 0; k < kDims / 4; ++k) words[k] = zero_nan_codes(words[k]);
   }
   if (!live) return;
-  uint8_t* dst = p.q_out + static_cast<int64_t>(item) * kIndexerHeadDim;
+  uint8_t* dst = kNarrow ? p.q_out + item * kIndexerHeadDim : p.q_out + static_cast<int64_t>(item) * kIndexerHeadDim;
   if (store_layout) {
     uint4* out = reinterpret_cast<uint4*>(dst + 32 * j);
 #pragma unroll
@@ -394,7 +424,7 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad
 // wave, so every warp does this; those resident while the previous grid finishes gain. Measured
 // (docs/PERF.md, sweep 28): B = 1024 and 2048 about 0.3-0.5 us faster; the first two groups were
 // slower from B = 1024 on.
-template <typename T, int kLanes>
+template <typename T, int kLanes, bool kNarrow>
 __device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const FastDivmod& div_h, uint32_t g,
                                                  uint32_t items, int lane) {
   constexpr int kHeads = IndexerSplit<kLanes>::kHeadsPerWarp;
@@ -402,7 +432,7 @@ __device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const F
   const uint32_t item = g * kHeads + lane / kLinesPerHead;
   if (lane >= kHeads * kLinesPerHead || item >= items) return;
   const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
-  prefetch_l2(reinterpret_cast<const char*>(indexer_q_head<T>(p, b, h)) + (lane % kLinesPerHead) * 128);
+  prefetch_l2(reinterpret_cast<const char*>(indexer_q_head<T, kNarrow>(p, b, h)) + (lane % kLinesPerHead) * 128);
   // The address indexer_position_raw reads, as a byte offset: its pointer select here changed the
   // register allocation of the whole kernel (cuobjdump), so the measured kernels would change.
   if (lane == 0) prefetch_l2(static_cast<const char*>(p.positions) + b * p.pos_stride * (p.pos_int64 ? 8 : 4));
@@ -417,8 +447,18 @@ enum class IndexerMode {
   kV32,  // DeepSeek-V3.2: RoPE on the first 64 dims, NeoX pairs, Hadamard
 };
 
+// Whether every element offset the kernels compute (q, weight, positions in bytes, cos/sin rows,
+// the outputs) is below 2^31, so that the kernels of fixed option sets can compute them in 32 bits;
+// other calls run the kAny kernels, whose offsets are 64-bit. p.B and p.H are at least 1.
+inline bool indexer_narrow(const IndexerParams& p) {
+  constexpr int64_t kLimit = int64_t(1) << 31;
+  return p.B * p.H * kIndexerHeadDim < kLimit && (p.B - 1) * p.q_stride_b + p.H * kIndexerHeadDim < kLimit &&
+         (p.B - 1) * p.w_stride_b + (p.H - 1) * p.w_stride_h < kLimit &&
+         (p.B - 1) * p.pos_stride * (p.pos_int64 ? 8 : 4) < kLimit && p.max_pos * p.cs_stride_pos < kLimit;
+}
+
 inline IndexerMode indexer_mode(const IndexerParams& p) {
-  if (!p.hadamard) return IndexerMode::kAny;
+  if (!p.hadamard || !indexer_narrow(p)) return IndexerMode::kAny;
   if (p.rope_tail && !p.rope_neox) return IndexerMode::kV4;
   if (!p.rope_tail && p.rope_neox) return IndexerMode::kV32;
   return IndexerMode::kAny;
@@ -436,17 +476,23 @@ __device__ __forceinline__ IndexerParams indexer_fixed(IndexerParams p) {
   return p;
 }
 
-// Each warp works on groups of 32 / kLanes consecutive (token, head) items: group g, then
-// g + (warps in the grid), and so on, with the next group's loads issued during the work on the
-// current one (as soon as its q is unpacked), so that the grid can be sized to what is resident
-// and still keep loads in flight.
+// Each warp works on groups of 32 / kLanes consecutive (token, head) items, with the next group's
+// loads issued during the work on the current one (as soon as its q is unpacked), so that the grid
+// can be sized to what is resident and still keep loads in flight. Which groups a warp takes:
+//  - by default group g, then g + (warps in the grid), and so on;
+//  - kShare: block b of the grid's n owns groups [G b / n, G (b + 1) / n) of the G; its warps
+//    take the first kWarps in order and then the next one not taken, from a counter in shared
+//    memory, so that a warp that is served faster takes more, and the warps working on one token
+//    at a time are the block's (its cos/sin row is read by one multiprocessor).
 // kWarps warps per block; kMinBlocks > 0 asks the compiler for that many resident blocks per
-// multiprocessor (a register cap).
-template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
+// multiprocessor (a register cap); kStream: evict-first loads of q (indexer_load).
+template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode, bool kShare, bool kStream>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
     indexer_q_quant_kernel(const IndexerParams params, const FastDivmod div_h, const uint32_t items,
                            const uint32_t stagger_ns, const bool prefetch) {
   using S = IndexerSplit<kLanes>;
+  // The kernels of fixed option sets run only where every offset fits in 32 bits (indexer_narrow).
+  constexpr bool kNarrow = kMode != IndexerMode::kAny;
   const IndexerParams p = indexer_fixed<kMode>(params);
   // Four lanes: a slot of kIndexerSlotUnits 16-byte units per head for the Hadamard's change of
   // layout (indexer_transpose).
@@ -456,28 +502,51 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   const float* head_buf = transpose_buf + (kLanes == 4 ? (threadIdx.x / kLanes) * kIndexerSlotUnits * 4 : 0);
   const uint32_t groups = (items + S::kHeadsPerWarp - 1) / S::kHeadsPerWarp;
   const uint32_t stride = gridDim.x * kWarps;
-  uint32_t g = blockIdx.x * kWarps + threadIdx.x / 32;
-  if (prefetch && g < groups) indexer_prefetch<T, kLanes>(p, div_h, g, items, lane);
+  const uint32_t warp = threadIdx.x / 32;
+  uint32_t g = blockIdx.x * kWarps + warp, g_end = groups;
+  __shared__ uint32_t next_group;  // kShare: the block's next group not taken
+  if constexpr (kShare) {
+    const uint32_t begin = static_cast<uint32_t>(uint64_t(groups) * blockIdx.x / gridDim.x);
+    g_end = static_cast<uint32_t>(uint64_t(groups) * (blockIdx.x + 1) / gridDim.x);
+    g = begin + warp;
+    if (threadIdx.x == 0) next_group = begin + kWarps;
+    __syncthreads();
+  }
+  if (prefetch && g < g_end) indexer_prefetch<T, kLanes, kNarrow>(p, div_h, g, items, lane);
   wait_for_prior_grid();
   allow_next_grid();
-  if (g >= groups) return;  // the whole warp leaves together
-  // Warp i of the grid's n starts about stagger_ns * i / n ns late (0: no delay).
-  if (stagger_ns != 0) __nanosleep(static_cast<uint32_t>(uint64_t(stagger_ns) * g / stride));
+  if (g >= g_end) return;  // the whole warp leaves together
+  // Warp i of the grid's n starts about stagger_ns * i / n ns late (0: no delay); with kShare,
+  // warp i of the block's kWarps.
+  if (stagger_ns != 0) {
+    __nanosleep(kShare ? static_cast<uint32_t>(stagger_ns * warp / kWarps)
+                       : static_cast<uint32_t>(uint64_t(stagger_ns) * g / stride));
+  }
   // A lane group past the end works on the last item (every lane takes part in the shuffles)
   // and stores nothing.
   uint32_t raw_item = g * S::kHeadsPerWarp + lane / kLanes;
-  IndexerLoad<kLanes> cur = indexer_load<T, kVec, kLanes>(p, div_h, raw_item < items ? raw_item : items - 1, j);
+  IndexerLoad<kLanes> cur =
+      indexer_load<T, kVec, kLanes, kNarrow, kStream>(p, div_h, raw_item < items ? raw_item : items - 1, j);
   for (;;) {
-    const uint32_t g_next = g + stride;
-    const bool more = g_next < groups;  // the same in the whole warp
+    uint32_t g_next = g + stride;
+    if constexpr (kShare) {
+      // A group is taken once; a warp takes groups until it gets one past g_end, so every group
+      // before g_end is taken.
+      uint32_t taken = 0;
+      if (lane == 0) taken = atomicAdd(&next_group, 1u);
+      g_next = __shfl_sync(0xFFFFFFFFu, taken, 0);
+    }
+    const bool more = g_next < g_end;  // the same in the whole warp
     const uint32_t raw_next = g_next * S::kHeadsPerWarp + lane / kLanes;
     // The current group's cos/sin first: its latency is the one that work on this group waits for.
-    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, p.cos_sin + indexer_cs_offset(p, cur.pos), j);
+    const IndexerRopeCs<kLanes> cs = indexer_cs_load<kLanes, kVec>(p, indexer_cs_row<kNarrow>(p, cur.pos), j);
     const bool live = raw_item < items;
     // The next group's loads go into cur once its q is unpacked, so no trip copies registers.
-    indexer_head<T, kLanes>(p, cur, cs, live ? raw_item : items - 1, live, j, head_buf, [&](IndexerLoad<kLanes>& ld) {
-      if (more) ld = indexer_load<T, kVec, kLanes>(p, div_h, raw_next < items ? raw_next : items - 1, j);
-    });
+    indexer_head<T, kLanes, kNarrow>(
+        p, cur, cs, live ? raw_item : items - 1, live, j, head_buf, [&](IndexerLoad<kLanes>& ld) {
+          if (more)
+            ld = indexer_load<T, kVec, kLanes, kNarrow, kStream>(p, div_h, raw_next < items ? raw_next : items - 1, j);
+        });
     if (!more) break;
     raw_item = raw_next;
     g = g_next;
@@ -492,10 +561,13 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
 // against 4.5-4.6 and 6.1-6.2 uncapped and 4.1-4.3 and 6.8-6.9 with eight lanes), tied at 2048
 // and lost at 16384 (112 against 105 us). Before those kernels four lanes won from B = 2048
 // (sweep 8), and a cap of 12 resident blocks measured slower at 16384. Two warps per block, and
-// no more blocks than are resident at once. FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape
-// in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own
-// group instead, FP8OPS_TUNE_IDX_MODE=0 runs every option set on the kAny kernels and
-// FP8OPS_TUNE_IDX_STAGGER sets the spread of the start times in ns (kIndexerStaggerNs).
+// no more blocks than are resident at once. While the outputs take at most half the L2, the
+// kernels of fixed option sets load q evict-first and, from 2^17 items, share their groups out
+// per block of seven warps (indexer_config). FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape
+// in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_{SHARE,STREAM} the schedule and the
+// loads, FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own group instead, FP8OPS_TUNE_IDX_MODE=0
+// runs every option set on the kAny kernels and FP8OPS_TUNE_IDX_STAGGER sets the spread of the
+// start times in ns (kIndexerStaggerNs).
 struct IndexerConfig {
   int lanes;         // per (token, head)
   int warps;         // per block
@@ -503,6 +575,8 @@ struct IndexerConfig {
   bool persist;      // grid capped at the resident blocks
   IndexerMode mode;  // the option set's own kernels (IndexerMode), or kAny
   int stagger_ns;    // spread of the warps' start times (indexer_q_quant_kernel)
+  bool share;        // groups shared out per block (kShare)
+  bool stream;       // evict-first loads of q (kStream)
 };
 
 // Spread of the warps' start times for the uncapped four-lane shape when each warp has two to six
@@ -516,37 +590,56 @@ struct IndexerConfig {
 constexpr int kIndexerStaggerNs = 1500;
 constexpr int64_t kIndexerWideFrom = int64_t(1) << 14;      // items from which four lanes run
 constexpr int64_t kIndexerUncappedFrom = int64_t(1) << 17;  // items from which they run uncapped
+// The blocks of the shared-out schedule (kShare): seven warps, four resident blocks (28 warps per
+// multiprocessor, 72 registers, as with the grid-wide schedule's two-warp blocks).
+constexpr int kIndexerShareWarps = 7;
+constexpr int kIndexerShareBlocks = 4;
 
-// mode: the call's option set, when its kernels of their own can run (16-byte loads).
-inline IndexerConfig indexer_config(int64_t items, IndexerMode mode) {
-  IndexerConfig c{4, 2, 0, true, mode, 0};
+// mode: the call's option set, when its kernels of their own can run (16-byte loads); l2_bytes:
+// the device's L2 size.
+// NOTES (docs/PERF.md, sweep 31, H = 64 on the H200): the kernels of fixed option sets load q
+// evict-first while the outputs take at most half the L2 (B <= 3072): B = 1024 8.72-8.78 -> 8.38-8.39
+// us, 2048 15.47-15.50 -> 14.42-14.43, 3072 21.67-21.71 -> 20.74-20.82, but 4096 27.3 -> 28.5 and
+// 16384 103-105 -> 108.8. In that range the uncapped shape also shares its groups out per block
+// (B = 2048 13.79-14.04, 3072 20.56-20.61; alone, B = 2048 14.69-14.97 and 16384 about 3% slower).
+inline IndexerConfig indexer_config(int64_t items, IndexerMode mode, int64_t l2_bytes) {
+  IndexerConfig c{4, 2, 0, true, mode, 0, false, false};
 #if defined(FP8OPS_TUNING)
   if (tune_env("FP8OPS_TUNE_IDX_MODE", 1) == 0) c.mode = IndexerMode::kAny;
 #endif
+  const bool fits_l2 = items * kIndexerHeadDim * 2 <= l2_bytes;
   if (items < kIndexerWideFrom) {
     c.lanes = 8;
   } else if (items < kIndexerUncappedFrom && c.mode != IndexerMode::kAny) {
     // 64 registers. NOTES: the kAny kernels would spill 56-116 bytes under this cap.
     c.min_blocks = 16;
+    c.stream = fits_l2;
+  } else if (c.mode != IndexerMode::kAny && fits_l2) {
+    c.share = c.stream = true;
+    c.warps = kIndexerShareWarps;
+    c.min_blocks = kIndexerShareBlocks;
   }
 #if defined(FP8OPS_TUNING)
   c.lanes = tune_env("FP8OPS_TUNE_IDX_LANES", c.lanes);
   c.warps = tune_env("FP8OPS_TUNE_IDX_WARPS", c.warps);
   c.min_blocks = tune_env("FP8OPS_TUNE_IDX_MINB", c.min_blocks);
   c.persist = tune_env("FP8OPS_TUNE_IDX_PERSIST", c.persist) != 0;
+  c.share = tune_env("FP8OPS_TUNE_IDX_SHARE", c.share) != 0;
+  c.stream = tune_env("FP8OPS_TUNE_IDX_STREAM", c.stream) != 0;
 #endif
-  if (c.lanes == 4 && c.min_blocks == 0) c.stagger_ns = kIndexerStaggerNs;
+  if (c.lanes == 4 && (c.min_blocks == 0 || c.share)) c.stagger_ns = kIndexerStaggerNs;
 #if defined(FP8OPS_TUNING)
   c.stagger_ns = tune_env("FP8OPS_TUNE_IDX_STAGGER", c.stagger_ns);
 #endif
   return c;
 }
 
-template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode>
+template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode, bool kShare = false,
+          bool kStream = false>
 cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, int stagger_ns, int sm_count,
                                  cudaStream_t stream) {
   constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
-  constexpr auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode>;
+  constexpr auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode, kShare, kStream>;
   uint32_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
   if (persist) {
     // 0 when the occupancy query failed.
@@ -568,21 +661,31 @@ template <typename T, bool kVec, IndexerMode kMode>
 cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const IndexerConfig& c, int sm_count,
                                  cudaStream_t stream) {
   if constexpr (kTuningBuild) {
-#define FP8OPS_IDX_SHAPE(L, W, B)                        \
-  if (c.lanes == L && c.warps == W && c.min_blocks == B) \
-  return launch_indexer_shape<T, kVec, L, W, B, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream)
-    FP8OPS_IDX_SHAPE(8, 2, 16);
-    FP8OPS_IDX_SHAPE(8, 4, 0);
-    FP8OPS_IDX_SHAPE(4, 2, 12);
-    FP8OPS_IDX_SHAPE(4, 2, 14);
-    FP8OPS_IDX_SHAPE(4, 2, 16);
-    FP8OPS_IDX_SHAPE(4, 4, 6);
-    FP8OPS_IDX_SHAPE(4, 4, 8);
+#define FP8OPS_IDX_SHAPE(L, W, B, SH, ST)                                                   \
+  if (c.lanes == L && c.warps == W && c.min_blocks == B && c.share == SH && c.stream == ST) \
+  return launch_indexer_shape<T, kVec, L, W, B, kMode, SH, ST>(p, items, c.persist, c.stagger_ns, sm_count, stream)
+    FP8OPS_IDX_SHAPE(8, 2, 16, false, false);
+    FP8OPS_IDX_SHAPE(8, 4, 0, false, false);
+    FP8OPS_IDX_SHAPE(4, 2, 12, false, false);
+    FP8OPS_IDX_SHAPE(4, 2, 14, false, false);
+    FP8OPS_IDX_SHAPE(4, 2, 16, false, false);
+    FP8OPS_IDX_SHAPE(4, 2, 0, false, true);
+    FP8OPS_IDX_SHAPE(4, kIndexerShareWarps, kIndexerShareBlocks, true, false);
+    FP8OPS_IDX_SHAPE(4, 4, 6, false, false);
+    FP8OPS_IDX_SHAPE(4, 4, 8, false, false);
 #undef FP8OPS_IDX_SHAPE
   }
   if (c.lanes == 8)
     return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
   if constexpr (kMode != IndexerMode::kAny) {
+    if (c.share) {
+      return launch_indexer_shape<T, kVec, 4, kIndexerShareWarps, kIndexerShareBlocks, kMode, true, true>(
+          p, items, c.persist, c.stagger_ns, sm_count, stream);
+    }
+    if (c.min_blocks == 16 && c.stream) {
+      return launch_indexer_shape<T, kVec, 4, 2, 16, kMode, false, true>(p, items, c.persist, c.stagger_ns, sm_count,
+                                                                         stream);
+    }
     if (c.min_blocks == 16)
       return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
   }
@@ -590,10 +693,11 @@ cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const I
 }
 
 template <typename T, bool kVec>
-cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, int sm_count, cudaStream_t stream) {
+cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, int sm_count, int64_t l2_bytes,
+                               cudaStream_t stream) {
   // With 16-byte loads the DeepSeek option sets have kernels of their own (FP8OPS_TUNE_IDX_MODE=0
   // turns them off in benchmarking builds).
-  const IndexerConfig c = indexer_config(items, kVec ? indexer_mode(p) : IndexerMode::kAny);
+  const IndexerConfig c = indexer_config(items, kVec ? indexer_mode(p) : IndexerMode::kAny, l2_bytes);
   if constexpr (kVec) {
     if (c.mode == IndexerMode::kV4)
       return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, sm_count, stream);
@@ -604,9 +708,9 @@ cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, int sm_co
 }
 
 // Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it). sm_count:
-// the device's multiprocessors (the persistent grids' size).
+// the device's multiprocessors (the persistent grids' size); l2_bytes: its L2 size.
 template <typename T>
-cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, cudaStream_t stream) {
+cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, int64_t l2_bytes, cudaStream_t stream) {
   const int64_t items = p.B * p.H;
   if (items == 0) return cudaSuccess;
   if (items >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
@@ -614,8 +718,8 @@ cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, cudaStr
   const bool vec = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && (p.q_stride_b * int64_t(sizeof(T))) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.cos_sin) % 16 == 0 && p.cs_stride_pos % 4 == 0;
   const uint32_t n = static_cast<uint32_t>(items);
-  return vec ? launch_indexer_vec<T, true>(p, n, sm_count, stream)
-             : launch_indexer_vec<T, false>(p, n, sm_count, stream);
+  return vec ? launch_indexer_vec<T, true>(p, n, sm_count, l2_bytes, stream)
+             : launch_indexer_vec<T, false>(p, n, sm_count, l2_bytes, stream);
 }
 
 }  // namespace fp8ops
