@@ -597,11 +597,13 @@ constexpr int kIndexerShareBlocks = 4;
 
 // mode: the call's option set, when its kernels of their own can run (16-byte loads); l2_bytes:
 // the device's L2 size.
-// NOTES (docs/PERF.md, sweep 31, H = 64 on the H200): the kernels of fixed option sets load q
-// evict-first while the outputs take at most half the L2 (B <= 3072): B = 1024 8.72-8.78 -> 8.38-8.39
-// us, 2048 15.47-15.50 -> 14.42-14.43, 3072 21.67-21.71 -> 20.74-20.82, but 4096 27.3 -> 28.5 and
-// 16384 103-105 -> 108.8. In that range the uncapped shape also shares its groups out per block
-// (B = 2048 13.79-14.04, 3072 20.56-20.61; alone, B = 2048 14.69-14.97 and 16384 about 3% slower).
+// NOTES (docs/PERF.md, sweep 31, H = 64 on the H200, whose 60 MiB L2 puts the limit below at
+// B = 3840): evict-first loads of q, timed with every kernel using them, took B = 1024 from
+// 8.72-8.78 to 8.38-8.39 us, 2048 from 15.47-15.50 to 14.42-14.43 and 3072 from 21.67-21.71 to
+// 20.74-20.82, but 4096 from 27.3 to 28.5 and 16384 from 103-105 to 108.8; hence only while the
+// outputs take at most half the L2. There the uncapped shape also shares its groups out per block
+// (with evict-first loads B = 2048 13.79-14.04, 3072 20.56-20.61; with plain loads B = 2048
+// 14.69-14.97, and 16384 about 3% slower).
 inline IndexerConfig indexer_config(int64_t items, IndexerMode mode, int64_t l2_bytes) {
   IndexerConfig c{4, 2, 0, true, mode, 0, false, false};
 #if defined(FP8OPS_TUNING)
