@@ -579,14 +579,16 @@ struct IndexerConfig {
   bool stream;       // evict-first loads of q (kStream)
 };
 
-// Spread of the warps' start times for the uncapped four-lane shape when each warp has two to six
-// groups. NOTES: all warps starting at once request their first groups together and then wait
-// together for the cos/sin rows those groups need, and the warps stay in step for several trips
-// (run 17's timeline of B = 2048: every warp's first trip took 2.0-7.2 us, median 4.2-4.3, against
-// a median of 2.4-2.5 for the later ones). With that shape forced, spreading the starts over 1.5 us
-// took B = 1024, 1536 and 2048 from 9.52, 12.79 and 16.23 us to 9.05, 12.21 and 15.73, left
-// B = 3072 at 21.9 and took B = 4096 from 27.5 to 27.9 (docs/PERF.md, sweep 23). With the capped
-// shape it was measured at B = 2048 only, where it gained nothing; that shape starts at once.
+// Spread of the warps' start times for the uncapped and shared-out four-lane shapes when each
+// warp has two to six groups. NOTES: all warps starting at once request their first groups
+// together and then wait together for the cos/sin rows those groups need, and the warps stay in
+// step for several trips (run 17's timeline of B = 2048: every warp's first trip took 2.0-7.2 us,
+// median 4.2-4.3, against a median of 2.4-2.5 for the later ones). With the uncapped shape forced,
+// spreading the starts over 1.5 us took B = 1024, 1536 and 2048 from 9.52, 12.79 and 16.23 us to
+// 9.05, 12.21 and 15.73, left B = 3072 at 21.9 and took B = 4096 from 27.5 to 27.9 (docs/PERF.md,
+// sweep 23); shared out, spreads of 0 and 3 us were slower than 1.5 at B = 2048 (sweep 31). With
+// the capped shape it was measured at B = 2048 only, where it gained nothing; that shape starts at
+// once.
 constexpr int kIndexerStaggerNs = 1500;
 constexpr int64_t kIndexerWideFrom = int64_t(1) << 14;      // items from which four lanes run
 constexpr int64_t kIndexerUncappedFrom = int64_t(1) << 17;  // items from which they run uncapped
@@ -684,12 +686,12 @@ cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const I
       return launch_indexer_shape<T, kVec, 4, kIndexerShareWarps, kIndexerShareBlocks, kMode, true, true>(
           p, items, c.persist, c.stagger_ns, sm_count, stream);
     }
-    if (c.min_blocks == 16 && c.stream) {
-      return launch_indexer_shape<T, kVec, 4, 2, 16, kMode, false, true>(p, items, c.persist, c.stagger_ns, sm_count,
-                                                                         stream);
+    if (c.min_blocks == 16) {
+      return c.stream
+                 ? launch_indexer_shape<T, kVec, 4, 2, 16, kMode, false, true>(p, items, c.persist, c.stagger_ns,
+                                                                               sm_count, stream)
+                 : launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
     }
-    if (c.min_blocks == 16)
-      return launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
   }
   return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
 }
