@@ -5,8 +5,6 @@ Environment:
                          above the real path of the nvcc on PATH)
   TORCH_CUDA_ARCH_LIST   GPU targets, e.g. "9.0a;10.0a" (the default)
   MAX_JOBS               parallel compile jobs (ninja)
-  FP8OPS_TUNING=1        a benchmarking build: launch shapes can be forced through FP8OPS_TUNE_*
-                         variables (see include/fp8ops/group_quant.cuh and indexer.cuh)
 """
 
 import glob
@@ -14,6 +12,7 @@ import os
 import shutil
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 
 def _find_cuda_home():
@@ -65,8 +64,6 @@ def _extension():
         f"-DTORCH_TARGET_VERSION={TORCH_TARGET_VERSION}",
         "-DUSE_CUDA",
     ]
-    if os.environ.get("FP8OPS_TUNING") == "1":
-        defines.append("-DFP8OPS_TUNING")
     cxx = ["-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden", *defines]
     nvcc = [
         "-O3",
@@ -82,26 +79,33 @@ def _extension():
         sources=sources,
         include_dirs=[os.path.join(ROOT, "include")],
         extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+        extra_link_args=["-s"],  # no debug info or symbol table in the shipped library
         py_limited_api=True,
     )
 
 
-def _write_build_info():
-    """fp8ops/_build_info.py: the CUDA version the library is built with, checked at import."""
+def _cuda_version():
     nvcc = os.path.join(_cuda_home or "", "bin", "nvcc")
     try:
         out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout
-        cuda = re.search(r"release (\d+\.\d+)", out).group(1)
+        return re.search(r"release (\d+\.\d+)", out).group(1)
     except (OSError, subprocess.CalledProcessError, AttributeError):
-        cuda = "unknown"
-    with open(os.path.join(ROOT, "fp8ops", "_build_info.py"), "w") as f:
-        f.write(f'"""Written by setup.py at build time."""\n\nCUDA_VERSION = "{cuda}"\n')
+        return "unknown"
 
 
-_write_build_info()
+class BuildPyWithInfo(build_py):
+    """Writes fp8ops/_build_info.py (the CUDA version the library is built with, checked at import)
+    into the build only: the source tree and the sdist hold no generated file."""
+
+    def run(self):
+        super().run()
+        path = os.path.join(self.build_lib, "fp8ops", "_build_info.py")
+        with open(path, "w") as f:
+            f.write(f'"""Written by setup.py at build time."""\n\nCUDA_VERSION = "{_cuda_version()}"\n')
+
 
 setup(
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithInfo},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

@@ -5,6 +5,7 @@ from . import _loader
 _LIBRARY = _loader.load()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
+from ._native import pdl_enabled, set_pdl  # noqa: E402
 from .ops import dequant, group_major_quant, indexer_q_quant, pack_ue8m0, per_token_group_quant  # noqa: E402
 
 __version__ = "0.1.0"
@@ -14,5 +15,7 @@ __all__ = [
     "indexer_q_quant",
     "pack_ue8m0",
     "dequant",
+    "set_pdl",
+    "pdl_enabled",
     "__version__",
 ]

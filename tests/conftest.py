@@ -34,3 +34,11 @@ def fresh_seed():
 
 def devices():
     return ["cpu", "cuda"] if HAS_CUDA else ["cpu"]
+
+
+@pytest.fixture(params=(True, False), ids=("pdl", "no_pdl"))
+def pdl(request):
+    """Runs a GPU test with programmatic dependent launch on (the default) and off."""
+    fp8ops.set_pdl(request.param)
+    yield request.param
+    fp8ops.set_pdl(True)

@@ -199,7 +199,7 @@ def test_dequant_bad_inputs_and_opcheck():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_group_major_cuda_bit_identical(dtype):
+def test_group_major_cuda_bit_identical(dtype, pdl):
     # (2049, 16, 384): three groups per row, so the pairs-of-groups kernel has a last pair with one
     # group.
     for (T, G, D), (ue8m0, packed) in itertools.product(
@@ -226,7 +226,7 @@ def test_group_major_cuda_padding_written_over_poison(packed):
 
 
 @pytest.mark.gpu
-def test_pack_and_dequant_cuda_bit_identical():
+def test_pack_and_dequant_cuda_bit_identical(pdl):
     for shape in ((0, 7), (1, 1), (5, 56), (4097, 13), (3, 37, 16)):
         s = ue8m0_scales(shape)
         assert torch.equal(raw_bytes(fp8ops.pack_ue8m0(s.cuda())).cpu(), raw_bytes(fp8ops.pack_ue8m0(s)))
@@ -242,7 +242,7 @@ def test_pack_and_dequant_cuda_bit_identical():
 
 
 @pytest.mark.gpu
-def test_group_major_cuda_graph():
+def test_group_major_cuda_graph(pdl):
     x = strided_tgd(37, 8, 1024, torch.bfloat16, device="cuda")
     fp8ops.group_major_quant(x, packed=True)
     torch.cuda.synchronize()

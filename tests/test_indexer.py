@@ -136,7 +136,7 @@ def check_cuda_matches_cpu(args, cuda_args, label, poison=False, **opts):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rope_tail, rope_neox, hadamard", OPTIONS)
-def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard):
+def test_cuda_bit_identical_to_cpu(rope_tail, rope_neox, hadamard, pdl):
     """Both launch shapes, both dtypes, int32 and int64 positions. With the Hadamard and the
     DeepSeek-V4 or V3.2 RoPE the option set's own kernels run, otherwise the kernels that read
     every option at run time."""
@@ -275,7 +275,7 @@ def test_cuda_offsets_past_2_31(what):
 
 
 @pytest.mark.gpu
-def test_cuda_graph_replay():
+def test_cuda_graph_replay(pdl):
     args = on_cuda(make_case(64, H=64))
     fp8ops.indexer_q_quant(*args)
     torch.cuda.synchronize()

@@ -248,7 +248,7 @@ def cuda_equals_cpu(x, *args):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("group_size", (32, 64, 128))
-def test_cuda_bit_identical_to_cpu(dtype, group_size):
+def test_cuda_bit_identical_to_cpu(dtype, group_size, pdl):
     for layout, ue8m0, M in itertools.product(LAYOUTS, (False, True), (0, 1, 3, 5, 17, 64, 4097)):
         K = 7 * group_size * (4 if M < 100 else 1)
         x = make_input((M, K), dtype, device="cuda", nonfinite=M == 17)
@@ -323,7 +323,7 @@ def test_cuda_padding_written_over_poison(layout):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_cuda_graph_replay_with_new_data(layout):
+def test_cuda_graph_replay_with_new_data(layout, pdl):
     x = make_input((37, 1024), torch.bfloat16, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())

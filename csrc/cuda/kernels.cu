@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "../ops.h"
+#include "../settings.h"
 #include "fp8ops/group_quant.cuh"
 #include "fp8ops/indexer.cuh"
 #include "fp8ops/pack_dequant.cuh"
@@ -51,9 +52,9 @@ void run_group_quant_cuda(const PreparedGroupQuant& prep) {
   const int sms = sm_count(device);
   cudaError_t err = cudaSuccess;
   switch (prep.x_dtype) {
-    case ScalarType::BFloat16: err = launch_group_quant<__nv_bfloat16>(prep.params, sms, stream); break;
-    case ScalarType::Half: err = launch_group_quant<__half>(prep.params, sms, stream); break;
-    default: err = launch_group_quant<float>(prep.params, sms, stream); break;
+    case ScalarType::BFloat16: err = launch_group_quant<__nv_bfloat16>(prep.params, sms, stream, pdl_enabled()); break;
+    case ScalarType::Half: err = launch_group_quant<__half>(prep.params, sms, stream, pdl_enabled()); break;
+    default: err = launch_group_quant<float>(prep.params, sms, stream, pdl_enabled()); break;
   }
   FP8OPS_CUDA_CHECK(err, "group quantization kernel");
 }
@@ -61,7 +62,7 @@ void run_group_quant_cuda(const PreparedGroupQuant& prep) {
 void run_pack_ue8m0_cuda(const PreparedPack& prep) {
   const int32_t device = prep.out.get_device_index();
   torch::stable::accelerator::DeviceGuard guard(device);
-  FP8OPS_CUDA_CHECK(launch_pack_ue8m0(prep.params, current_stream(device)), "pack_ue8m0 kernel");
+  FP8OPS_CUDA_CHECK(launch_pack_ue8m0(prep.params, current_stream(device), pdl_enabled()), "pack_ue8m0 kernel");
 }
 
 void run_dequant_cuda(const PreparedDequant& prep) {
@@ -84,8 +85,8 @@ void run_indexer_cuda(const PreparedIndexer& prep) {
   const int sms = sm_count(device);
   const int64_t l2 = l2_bytes(device);
   const cudaError_t err = prep.dtype == ScalarType::BFloat16
-                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, sms, l2, stream)
-                              : launch_indexer_q_quant<__half>(prep.params, sms, l2, stream);
+                              ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, sms, l2, stream, pdl_enabled())
+                              : launch_indexer_q_quant<__half>(prep.params, sms, l2, stream, pdl_enabled());
   FP8OPS_CUDA_CHECK(err, "indexer_q_quant kernel");
 }
 

@@ -12,87 +12,16 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <algorithm>
-#include <array>
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "fp8ops/fast_divmod.cuh"
 #include "fp8ops/group_quant.h"
+#include "fp8ops/group_quant_launch.h"
+#include "fp8ops/launch.cuh"
 #include "fp8ops/numerics.h"
 
 namespace fp8ops {
-
-constexpr int kGroupQuantThreads = 256;
-
-// Programmatic dependent launch (sm_90+): a kernel launched with programmatic stream
-// serialization may start while the previous kernel of its stream is still running; it must wait
-// for that grid before its first memory access, and it lets the next kernel start early once its
-// own loads are issued. In decode graphs this hides most of the launch latency.
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_next_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
-// L2 prefetch of the line holding ptr: a hint that changes no value any load returns (the L2 is
-// the device memory's point of coherence, and a prefetch is not a read), so it may run before
-// wait_for_prior_grid. A kernel's blocks that become resident while the previous grid is still
-// finishing request their first lines then, and their loads after the wait find them in L2
-// (docs/PERF.md, sweep 28). The ptr must lie in an allocation.
-__device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
-
-#if defined(FP8OPS_TUNING)
-constexpr bool kTuningBuild = true;
-// Benchmarking builds only: the integer value of the environment variable name, or dflt when it
-// is not set (the FP8OPS_TUNE_* variables that force launch shapes).
-inline int tune_env(const char* name, int dflt) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : dflt;
-}
-#else
-constexpr bool kTuningBuild = false;
-#endif
-
-// Launches kernel with programmatic stream serialization allowed (see wait_for_prior_grid).
-// Benchmarking builds (FP8OPS_TUNING) launch without it when FP8OPS_TUNE_PDL=0, and issue no
-// early prefetches (prefetch_l2) when FP8OPS_TUNE_PREFETCH=0 (prefetch_ahead).
-template <typename... KArgs, typename... Args>
-cudaError_t launch_with_pdl(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = attr;
-  config.numAttrs = 1;
-#if defined(FP8OPS_TUNING)
-  static const bool pdl = tune_env("FP8OPS_TUNE_PDL", 1) != 0;
-  config.numAttrs = pdl ? 1 : 0;
-#endif
-  return cudaLaunchKernelEx(&config, kernel, args...);
-}
-
-// Whether kernels prefetch their first lines before waiting for the previous grid.
-inline bool prefetch_ahead() {
-#if defined(FP8OPS_TUNING)
-  static const bool on = tune_env("FP8OPS_TUNE_PREFETCH", 1) != 0;
-  return on;
-#else
-  return true;
-#endif
-}
 
 // Amax of one thread's 16 bytes of x (finite elements only), as a float.
 template <typename T>
@@ -133,38 +62,6 @@ __device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint3
   }
 }
 
-// Bytes of x per thread and row: two 16-byte loads.
-constexpr int kThreadBytes = 32;
-
-// One 16-byte load of x. With kStream, a non-coherent load that skips L1 (x is read once and is
-// not written while the kernel runs); benchmarking builds only, as it measured slower on the H200.
-template <bool kStream>
-__device__ __forceinline__ uint4 load16(const void* ptr) {
-  if constexpr (kStream) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr));
-    return v;
-  } else {
-    return *reinterpret_cast<const uint4*>(ptr);
-  }
-}
-
-// How a thread's kUnroll units (rows, or groups of one row) map to the work grid (t, g, s):
-//  - kRowsApart: row r = t * G + g over the T_q * G rows of q; a thread's units are rows
-//    slot_step apart, of one scale group.
-//  - kMnRows (scales MN-major: s_stride_t == 1, and 4-word aligned strides): row r = g * T_s + t
-//    over the G * T_s rows of the scale tensor; a thread's units are consecutive t of one g, so
-//    their scales are kUnroll consecutive words that one vector store writes. Rows t >= T_q
-//    write scales only.
-//  - kGroups (fp32 scales): rows as in kRowsApart, one per slot; a thread's two units are scale
-//    groups 2i and 2i + 1 of that row. With s_stride_s == 1 (and 2-word aligned strides) their
-//    scales are consecutive words that one 8-byte store writes; otherwise one word each.
-// Outside kMnRows, scale rows past T_q (TMA padding) have no work item: the grid's slots zero
-// them right after their first loads (zero_pad_rows in the kernel).
-enum class UnitMap { kRowsApart, kMnRows, kGroups };
-
 struct RowMap {
   uint32_t t, g;
 };
@@ -175,11 +72,10 @@ struct RowMap {
 // computed once per thread; a row costs a few integer operations and one multiply-shift division
 // (by G, or by T_s with kMnRows). Blocks below prefetch_blocks (in launch order) prefetch their
 // first lines before waiting for the previous grid (prefetch_l2).
-// NOTES: pairs of groups (kGroups) are held to 48 registers, five resident blocks of 256 threads
-// like the MN-major pairs of rows, with no spills; under the cap of three blocks they took 56
-// registers, four blocks, and the row layout ran 2-3% slower than the MN-major layouts on large
-// inputs (docs/PERF.md, sweep 30).
-template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap, bool kStream>
+// NOTES: pairs of groups (kGroups) are capped at 48 registers, five resident blocks of 256
+// threads like the MN-major pairs of rows, with no spills; at 56 registers (four blocks) the row
+// layout ran slower than the MN-major layouts on large inputs (docs/DESIGN.md).
+template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap>
 __global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ? 5 : 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
                        const bool gather_words, const uint32_t prefetch_blocks) {
@@ -297,7 +193,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ?
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if constexpr (kVec16) {
-          raw[u][h] = data[u] ? load16<kStream>(src + h * kHalf) : make_uint4(0, 0, 0, 0);
+          raw[u][h] = data[u] ? *reinterpret_cast<const uint4*>(src + h * kHalf) : make_uint4(0, 0, 0, 0);
         } else {
           union {
             uint4 u4;
@@ -340,8 +236,7 @@ __global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ?
       // Rows below T_q always exist in q: data rows, then zero padding rows.
       if (!col_valid[cu] || !live[u] || (kMnVec && rm[u].t >= p.T_q)) continue;
       // NOTES: a UE8M0 scale is a power of two, so its reciprocal is an exponent subtraction,
-      // equal to __frcp_rn's; skipping __frcp_rn (and its branch to a slow path) measured 0.06-0.17
-      // us faster per call at small M with packed scales (docs/PERF.md, run 16).
+      // equal to __frcp_rn's, without __frcp_rn's branch to a slow path.
       const float rcp = p.ue8m0 ? ue8m0_reciprocal(scale[u]) : __frcp_rn(scale[u]);
       uint32_t codes[2][sizeof(T) == 4 ? 1 : 2];
       quantize16<T>(raw[u][0], rcp, codes[0]);
@@ -409,197 +304,46 @@ __global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ?
   if (!kMnVec && pad_pending) zero_pad_rows();
 }
 
-// Launch configuration of the group quantization kernel. A switch at -1 (unroll at 0) lets the
-// launcher choose; the others force it (benchmarking builds, through tuned_config).
-struct GroupQuantConfig {
-  int unroll = 0;                    // units per thread: 1, 2 or 4; 0 chooses by size
-  int mn_vec = -1;                   // MN-major vector scale stores when the layout allows: 0, 1
-  int group_vec = -1;                // pairs of groups per thread (kGroups) for fp32 scales: 0, 1 (2: any)
-  int gather = -1;                   // packed words gathered by shuffles outside kMnRows: 0, 1
-  int mn_small = -1;                 // one-row grids, per-token MN-major fp32 scales, rows along warps
-  int stream = -1;                   // streaming loads: 0, 1
-  int threads = kGroupQuantThreads;  // per block, at most kGroupQuantThreads
-  int small_threads = 128;           // per block when the grid is small (one row per thread)
-  int wave_blocks = 6;               // resident blocks per SM assumed when counting waves
-  int unroll_waves = 4;              // waves from which rows are unrolled
-};
-
-#if defined(FP8OPS_TUNING)
-// Benchmarking builds only: the configuration can be forced through the environment
-// (FP8OPS_TUNE_UNROLL, FP8OPS_TUNE_MNVEC, FP8OPS_TUNE_GVEC, FP8OPS_TUNE_GATHER, FP8OPS_TUNE_MNSMALL,
-// FP8OPS_TUNE_STREAM, FP8OPS_TUNE_WAVES, FP8OPS_TUNE_THREADS, FP8OPS_TUNE_SMALL_THREADS), read once.
-inline GroupQuantConfig tuned_config() {
-  static const GroupQuantConfig c = [] {
-    GroupQuantConfig c;
-    c.unroll = tune_env("FP8OPS_TUNE_UNROLL", c.unroll);
-    c.mn_vec = tune_env("FP8OPS_TUNE_MNVEC", c.mn_vec);
-    c.group_vec = tune_env("FP8OPS_TUNE_GVEC", c.group_vec);
-    c.gather = tune_env("FP8OPS_TUNE_GATHER", c.gather);
-    c.mn_small = tune_env("FP8OPS_TUNE_MNSMALL", c.mn_small);
-    c.stream = tune_env("FP8OPS_TUNE_STREAM", c.stream);
-    c.unroll_waves = tune_env("FP8OPS_TUNE_WAVES", c.unroll_waves);
-    c.threads = std::min(tune_env("FP8OPS_TUNE_THREADS", c.threads), kGroupQuantThreads);
-    c.small_threads = std::min(tune_env("FP8OPS_TUNE_SMALL_THREADS", c.small_threads), kGroupQuantThreads);
-    return c;
-  }();
-  return c;
-}
-#else
-inline GroupQuantConfig tuned_config() { return GroupQuantConfig{}; }
-#endif
-
-// Resident blocks per multiprocessor of kKernel at threads per block (a power of two), asked once
-// per kernel and block size (the same on every device of the architecture the library runs on);
-// 0 when the query failed, whose error is cleared so that no later check reports it.
+// Launches kKernel with the shape c; the blocks of its first wave (those that can start while the
+// previous grid is finishing) prefetch their first lines.
 template <auto kKernel>
-int resident_blocks_per_sm(uint32_t threads) {
-  static std::array<std::atomic<int>, 11> cache{};  // by log2(threads); 0: not asked yet
-  std::atomic<int>& slot = cache[std::min(31 - __builtin_clz(threads | 1u), 10)];
-  int n = slot.load(std::memory_order_relaxed);
-  if (n == 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kKernel, static_cast<int>(threads), 0) != cudaSuccess) {
-      (void)cudaGetLastError();
-      n = -1;
-    }
-    slot.store(n, std::memory_order_relaxed);
-  }
-  return n > 0 ? n : 0;
+cudaError_t launch_group_quant_grid(const GroupQuantLaunch& c, const GroupQuantParams& p, int sm_count,
+                                    cudaStream_t stream, bool pdl) {
+  const dim3 block(c.block_x, c.block_y);
+  const uint32_t first_wave = static_cast<uint32_t>(resident_blocks_per_sm<kKernel>(block.x * block.y) * sm_count);
+  return launch_kernel(kKernel, dim3(c.grid_x, c.grid_y), block, stream, pdl, p, FastDivmod(c.row_divisor), c.rows,
+                       c.gather_words, first_wave);
 }
 
-// Launches a group quantization kernel; the blocks of its first wave prefetch their first lines.
-template <auto kKernel>
-cudaError_t launch_group_quant_grid(dim3 grid, dim3 block, int sm_count, cudaStream_t stream, const GroupQuantParams& p,
-                                    const FastDivmod& div, uint32_t rows, bool gather_words) {
-  const uint32_t first_wave =
-      prefetch_ahead() ? static_cast<uint32_t>(resident_blocks_per_sm<kKernel>(block.x * block.y) * sm_count) : 0u;
-  return launch_with_pdl(kKernel, grid, block, stream, p, div, rows, gather_words, first_wave);
-}
-
-template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap>
-cudaError_t launch_group_quant_kernel(bool stream_loads, dim3 grid, dim3 block, int sm_count, cudaStream_t stream,
-                                      const GroupQuantParams& p, const FastDivmod& div, uint32_t rows,
-                                      bool gather_words) {
-  if constexpr (kTuningBuild) {
-    if (stream_loads) {
-      return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, true>>(
-          grid, block, sm_count, stream, p, div, rows, gather_words);
-    }
-  }
-  return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kUnroll, kMap, false>>(
-      grid, block, sm_count, stream, p, div, rows, gather_words);
-}
-
-// Block shape and unroll for the 2-D grid: blockDim.x the largest power of two (<= 256) that
-// divides the row's chunk count, so no lane idles, unless that is under a warp; blockDim.y fills
-// the block up to 256 threads but not past the row count. Several units per thread once the grid
-// would span several full waves, so that large inputs keep more bytes in flight per thread.
 template <typename T, int kGroupSize, bool kVec16>
-cudaError_t launch_group_quant_impl(const GroupQuantParams& p, int sm_count, cudaStream_t stream) {
-  constexpr int kVec = kThreadBytes / sizeof(T);
-  constexpr uint32_t kLanes = kGroupSize / kVec;
-  const GroupQuantConfig cfg = tuned_config();
-  const uint32_t q_rows = static_cast<uint32_t>(p.T_q * p.G);
-  uint32_t chunks = static_cast<uint32_t>(p.D / kVec);
-  uint32_t bx = 1, by = 1;
-  auto shape_block = [&](uint32_t threads) {
-    bx = 1;
-    while (bx < threads && chunks % (2 * bx) == 0) bx *= 2;
-    if (bx < 32) {
-      bx = 1;
-      while (bx < threads && bx < chunks) bx *= 2;
-    }
-    by = 1;
-    while (bx * by < threads && by < q_rows) by *= 2;
-  };
-  shape_block(static_cast<uint32_t>(cfg.threads));
-  const uint32_t wave = static_cast<uint32_t>(sm_count) * cfg.wave_blocks;
-  // NOTES: measured on the H200 (docs/PERF.md, launch-shape sweep): one row per thread, in blocks
-  // of 128 threads, until the grid of 256-thread blocks spans several waves; then two units per
-  // thread whose scales one vector store writes (2 rows with MN-major scales, 2 groups with
-  // row-major fp32 scales), or 4 rows otherwise.
-  const bool auto_unroll = cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4;
-  const uint64_t blocks = static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
-  const bool small = blocks < static_cast<uint64_t>(cfg.unroll_waves) * wave;
-  if (auto_unroll && small && cfg.small_threads > 0) {
-    shape_block(static_cast<uint32_t>(cfg.small_threads));
-    // NOTES: one row per thread with per-token MN-major fp32 scales (G == 1): a warp takes one
-    // group of up to 32 / kLanes consecutive rows (more groups only when there are fewer rows), so
-    // that the scale words its first lanes store are consecutive, one segment, instead of one
-    // word in each of its groups' columns (sweep 15: M=64 K=7168 col_tma 1.59 us against 1.83).
-    // Packed scales keep a warp across groups: their bytes then share one word (measured equal or
-    // faster).
-    if (p.s_stride_t == 1 && p.G == 1 && !p.packed && cfg.mn_small != 0 && q_rows > 1) {
-      bx = kLanes;
-      while (bx < 32 && bx * q_rows < 32) bx *= 2;
-      by = 1;
-      while (bx * by < static_cast<uint32_t>(cfg.small_threads) && by < q_rows) by *= 2;
-    }
-  }
-  // A packed word's four groups sit in one warp and one row when the row tile holds whole words.
-  const bool whole_words = p.packed && 4 * kLanes <= 32 && bx % (4 * kLanes) == 0;
-  // Vector scale stores: MN-major scales whose rows come in whole vectors at aligned offsets, or
-  // fp32 scales consecutive along s with 8-byte aligned rows.
-  const bool mn_layout = p.s_stride_t == 1 && p.T_s % 4 == 0 && p.s_stride_s % 4 == 0 && p.s_stride_g % 4 == 0 &&
-                         reinterpret_cast<uintptr_t>(p.scale) % 16 == 0 && (!p.packed || whole_words);
-  const bool s_layout = !p.packed && p.s_stride_s == 1 && p.s_stride_t % 2 == 0 && p.s_stride_g % 2 == 0 &&
-                        reinterpret_cast<uintptr_t>(p.scale) % 8 == 0;
-  // NOTES: group-major fp32 scales (G > 1, MN-major) also take pairs of groups, with one word
-  // store per group: a thread's two rows would be a token stride apart in x, and pairs of groups
-  // measured 1-5% faster there (sweep 14). Per-token MN-major scales keep pairs of rows.
-  // Benchmarking builds: FP8OPS_TUNE_GVEC=2 gives every MN-major fp32 layout pairs of groups.
-  const bool s_mn = !p.packed && p.s_stride_s != 1 && (p.G > 1 || (kTuningBuild && cfg.group_vec == 2));
-  const bool s_ok = (s_layout || s_mn) && cfg.group_vec != 0;
-  const bool mn_ok = mn_layout && cfg.mn_vec != 0 && !(s_mn && s_ok);
-  int unroll = !auto_unroll ? cfg.unroll : small ? 1 : mn_ok || s_ok ? 2 : 4;
-  const bool mn_vec = unroll > 1 && mn_ok;
-  const bool s_vec = unroll == 2 && !mn_vec && s_ok;
-  // Shapes instantiated everywhere: 1 row; 2 rows with MN-major vector stores; 2 groups; 4 rows.
-  // The others exist in benchmarking builds only.
-  if (!kTuningBuild && unroll > 1) unroll = mn_vec || s_vec ? 2 : 4;
-  // Outside kMnRows a packed word is gathered only when asked (benchmarking builds): its groups
-  // store their bytes themselves, with no shuffles on the way to the store.
-  const bool gather_words = whole_words && (mn_vec || cfg.gather == 1);
-  if (s_vec) {
-    // Chunks of the pairs of groups: kLanes per pair.
-    chunks = static_cast<uint32_t>((p.S + 1) / 2) * kLanes;
-    shape_block(static_cast<uint32_t>(cfg.threads));
-  }
-  const uint32_t grid_x = (chunks + bx - 1) / bx;
-  const bool stream_loads = kTuningBuild && cfg.stream == 1;
-  const uint32_t rows = mn_vec ? static_cast<uint32_t>(p.T_s * p.G) : q_rows;
-  const uint32_t rows_per_block = by * (s_vec ? 1 : unroll);
-  const uint32_t grid_y = std::min<uint32_t>((rows + rows_per_block - 1) / rows_per_block, 65535u);
-  const FastDivmod div(static_cast<uint32_t>(mn_vec ? p.T_s : p.G));
-  const dim3 grid(grid_x, grid_y), block(bx, by);
-#define FP8OPS_LAUNCH(U, MAP)                                                                                       \
-  launch_group_quant_kernel<T, kGroupSize, kVec16, U, UnitMap::MAP>(stream_loads, grid, block, sm_count, stream, p, \
-                                                                    div, rows, gather_words)
-  if (unroll == 1) return FP8OPS_LAUNCH(1, kRowsApart);
-  if (mn_vec && unroll == 2) return FP8OPS_LAUNCH(2, kMnRows);
-  if (s_vec) return FP8OPS_LAUNCH(2, kGroups);
-  if constexpr (kTuningBuild) {
-    if (mn_vec) return FP8OPS_LAUNCH(4, kMnRows);
-    if (unroll == 2) return FP8OPS_LAUNCH(2, kRowsApart);
-  }
-  return FP8OPS_LAUNCH(4, kRowsApart);
-#undef FP8OPS_LAUNCH
+cudaError_t launch_group_quant_shape(const GroupQuantLaunch& c, const GroupQuantParams& p, int sm_count,
+                                     cudaStream_t stream, bool pdl) {
+  if (c.unroll == 1)
+    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 1, UnitMap::kRowsApart>>(c, p, sm_count,
+                                                                                                      stream, pdl);
+  if (c.map == UnitMap::kMnRows)
+    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 2, UnitMap::kMnRows>>(c, p, sm_count,
+                                                                                                   stream, pdl);
+  if (c.map == UnitMap::kGroups)
+    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 2, UnitMap::kGroups>>(c, p, sm_count,
+                                                                                                   stream, pdl);
+  return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 4, UnitMap::kRowsApart>>(c, p, sm_count,
+                                                                                                    stream, pdl);
 }
 
-// Launches the quantization of p on stream. Returns cudaErrorInvalidValue for an unsupported
-// group size or a problem whose row count does not fit the 31-bit index.
+// Launches the quantization of p on stream (with PDL when pdl is set). Returns
+// cudaErrorInvalidValue for an unsupported group size or a problem whose row count does not fit
+// the 31-bit index.
 template <typename T>
-cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStream_t stream) {
+cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   if (p.T_q * p.G == 0 || p.S == 0) return cudaSuccess;
   // Rows (of q, or of the padded scales) index with 31 bits.
   if (p.T_s * p.G >= (int64_t(1) << 31) || p.T_q * p.G >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
-  // 16-byte loads need a 16-byte aligned base and row strides; chunk offsets are multiples of
-  // 16 bytes (32 bytes per thread, group sizes of at least 32 elements).
-  const bool vec16 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride_t * int64_t(sizeof(T))) % 16 == 0 &&
-                     (p.x_stride_g * int64_t(sizeof(T))) % 16 == 0;
-#define FP8OPS_GROUP_CASE(GS)                                                \
-  case GS:                                                                   \
-    return vec16 ? launch_group_quant_impl<T, GS, true>(p, sm_count, stream) \
-                 : launch_group_quant_impl<T, GS, false>(p, sm_count, stream);
+  const GroupQuantLaunch c = group_quant_launch(p, sizeof(T), sm_count);
+#define FP8OPS_GROUP_CASE(GS)                                                           \
+  case GS:                                                                              \
+    return c.vec16 ? launch_group_quant_shape<T, GS, true>(c, p, sm_count, stream, pdl) \
+                   : launch_group_quant_shape<T, GS, false>(c, p, sm_count, stream, pdl);
   switch (p.group_size) {
     FP8OPS_GROUP_CASE(32)
     FP8OPS_GROUP_CASE(64)

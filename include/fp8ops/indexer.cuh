@@ -19,8 +19,9 @@
 #include <type_traits>
 
 #include "fp8ops/fast_divmod.cuh"
-#include "fp8ops/group_quant.cuh"
 #include "fp8ops/indexer.h"
+#include "fp8ops/indexer_launch.h"
+#include "fp8ops/launch.cuh"
 #include "fp8ops/numerics.h"
 
 namespace fp8ops {
@@ -421,9 +422,8 @@ __device__ __forceinline__ void indexer_head(const IndexerParams& p, IndexerLoad
 
 // Before the wait for the previous grid (prefetch_l2): the L2 lines of the warp's first group
 // of q, one per lane (8 or 16 lanes), and its first token's position. The persistent grid is one
-// wave, so every warp does this; those resident while the previous grid finishes gain. Measured
-// (docs/PERF.md, sweep 28): B = 1024 and 2048 about 0.3-0.5 us faster; the first two groups were
-// slower from B = 1024 on.
+// wave, so every warp does this; those resident while the previous grid finishes gain (prefetching
+// the first two groups measured slower, docs/DESIGN.md).
 template <typename T, int kLanes, bool kNarrow>
 __device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const FastDivmod& div_h, uint32_t g,
                                                  uint32_t items, int lane) {
@@ -436,32 +436,6 @@ __device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const F
   // The address indexer_position_raw reads, as a byte offset: its pointer select here changed the
   // register allocation of the whole kernel (cuobjdump), so the measured kernels would change.
   if (lane == 0) prefetch_l2(static_cast<const char*>(p.positions) + b * p.pos_stride * (p.pos_int64 ? 8 : 4));
-}
-
-// Option sets compiled into kernels of their own: a kernel for one set carries neither the
-// branches nor the registers of the others (72 registers instead of 80 with four lanes, about 9%
-// fewer instructions per group). kAny reads every option from the parameters.
-enum class IndexerMode {
-  kAny,
-  kV4,   // DeepSeek-V4: rope_tail, interleaved pairs, Hadamard
-  kV32,  // DeepSeek-V3.2: RoPE on the first 64 dims, NeoX pairs, Hadamard
-};
-
-// Whether every element offset the kernels compute (q, weight, positions in bytes, cos/sin rows,
-// the outputs) is below 2^31, so that the kernels of fixed option sets can compute them in 32 bits;
-// other calls run the kAny kernels, whose offsets are 64-bit. p.B and p.H are at least 1.
-inline bool indexer_narrow(const IndexerParams& p) {
-  constexpr int64_t kLimit = int64_t(1) << 31;
-  return p.B * p.H * kIndexerHeadDim < kLimit && (p.B - 1) * p.q_stride_b + p.H * kIndexerHeadDim < kLimit &&
-         (p.B - 1) * p.w_stride_b + (p.H - 1) * p.w_stride_h < kLimit &&
-         (p.B - 1) * p.pos_stride * (p.pos_int64 ? 8 : 4) < kLimit && p.max_pos * p.cs_stride_pos < kLimit;
-}
-
-inline IndexerMode indexer_mode(const IndexerParams& p) {
-  if (!p.hadamard || !indexer_narrow(p)) return IndexerMode::kAny;
-  if (p.rope_tail && !p.rope_neox) return IndexerMode::kV4;
-  if (!p.rope_tail && p.rope_neox) return IndexerMode::kV32;
-  return IndexerMode::kAny;
 }
 
 // The parameters with kMode's options as compile-time constants (the copy is dissolved into
@@ -553,168 +527,56 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocks)
   }
 }
 
-// Launch shapes (docs/PERF.md, launch-shape sweep): below 2^14 items eight lanes per head, whose
-// shorter per-group path wins when there is little to overlap; from there four lanes (no
-// shuffles in the Hadamard and less repeated per-head work), for the kernels of fixed option sets
-// capped at 64 registers (16 resident blocks) below 2^17 items, uncapped otherwise. Sweep 19
-// (H = 64, fixed option sets): the capped four-lane shape won at B = 256 and 512 (3.9 and 6.0 us,
-// against 4.5-4.6 and 6.1-6.2 uncapped and 4.1-4.3 and 6.8-6.9 with eight lanes), tied at 2048
-// and lost at 16384 (112 against 105 us). Before those kernels four lanes won from B = 2048
-// (sweep 8), and a cap of 12 resident blocks measured slower at 16384. Two warps per block, and
-// no more blocks than are resident at once. While the outputs take at most half the L2, the
-// kernels of fixed option sets load q evict-first and, from 2^17 items, share their groups out
-// per block of seven warps (indexer_config). FP8OPS_TUNE_IDX_{LANES,WARPS,MINB} force the shape
-// in benchmarking builds (FP8OPS_TUNING), FP8OPS_TUNE_IDX_{SHARE,STREAM} the schedule and the
-// loads, FP8OPS_TUNE_IDX_PERSIST=0 gives every warp its own group instead, FP8OPS_TUNE_IDX_MODE=0
-// runs every option set on the kAny kernels and FP8OPS_TUNE_IDX_STAGGER sets the spread of the
-// start times in ns (kIndexerStaggerNs).
-struct IndexerConfig {
-  int lanes;         // per (token, head)
-  int warps;         // per block
-  int min_blocks;    // register cap: resident blocks asked of the compiler
-  bool persist;      // grid capped at the resident blocks
-  IndexerMode mode;  // the option set's own kernels (IndexerMode), or kAny
-  int stagger_ns;    // spread of the warps' start times (indexer_q_quant_kernel)
-  bool share;        // groups shared out per block (kShare)
-  bool stream;       // evict-first loads of q (kStream)
-};
-
-// Spread of the warps' start times for the uncapped and shared-out four-lane shapes when each
-// warp has two to six groups. NOTES: all warps starting at once request their first groups
-// together and then wait together for the cos/sin rows those groups need, and the warps stay in
-// step for several trips (run 17's timeline of B = 2048: every warp's first trip took 2.0-7.2 us,
-// median 4.2-4.3, against a median of 2.4-2.5 for the later ones). With the uncapped shape forced,
-// spreading the starts over 1.5 us took B = 1024, 1536 and 2048 from 9.52, 12.79 and 16.23 us to
-// 9.05, 12.21 and 15.73, left B = 3072 at 21.9 and took B = 4096 from 27.5 to 27.9 (docs/PERF.md,
-// sweep 23); shared out, spreads of 0 and 3 us were slower than 1.5 at B = 2048 (sweep 31). With
-// the capped shape it was measured at B = 2048 only, where it gained nothing; that shape starts at
-// once.
-constexpr int kIndexerStaggerNs = 1500;
-constexpr int64_t kIndexerWideFrom = int64_t(1) << 14;      // items from which four lanes run
-constexpr int64_t kIndexerUncappedFrom = int64_t(1) << 17;  // items from which they run uncapped
-// The blocks of the shared-out schedule (kShare): seven warps, four resident blocks (28 warps per
-// multiprocessor, 72 registers, as with the grid-wide schedule's two-warp blocks).
-constexpr int kIndexerShareWarps = 7;
-constexpr int kIndexerShareBlocks = 4;
-
-// mode: the call's option set, when its kernels of their own can run (16-byte loads); l2_bytes:
-// the device's L2 size.
-// NOTES (docs/PERF.md, sweep 31, H = 64 on the H200, whose 60 MiB L2 puts the limit below at
-// B = 3840): evict-first loads of q, timed with every kernel using them, took B = 1024 from
-// 8.72-8.78 to 8.38-8.39 us, 2048 from 15.47-15.50 to 14.42-14.43 and 3072 from 21.67-21.71 to
-// 20.74-20.82, but 4096 from 27.3 to 28.5 and 16384 from 103-105 to 108.8; hence only while the
-// outputs take at most half the L2. There the uncapped shape also shares its groups out per block
-// (with evict-first loads B = 2048 13.79-14.04, 3072 20.56-20.61; with plain loads B = 2048
-// 14.69-14.97, and 16384 about 3% slower).
-inline IndexerConfig indexer_config(int64_t items, IndexerMode mode, int64_t l2_bytes) {
-  IndexerConfig c{4, 2, 0, true, mode, 0, false, false};
-#if defined(FP8OPS_TUNING)
-  if (tune_env("FP8OPS_TUNE_IDX_MODE", 1) == 0) c.mode = IndexerMode::kAny;
-#endif
-  const bool fits_l2 = items * kIndexerHeadDim * 2 <= l2_bytes;
-  if (items < kIndexerWideFrom) {
-    c.lanes = 8;
-  } else if (items < kIndexerUncappedFrom && c.mode != IndexerMode::kAny) {
-    // 64 registers. NOTES: the kAny kernels would spill 56-116 bytes under this cap.
-    c.min_blocks = 16;
-    c.stream = fits_l2;
-  } else if (c.mode != IndexerMode::kAny && fits_l2) {
-    c.share = c.stream = true;
-    c.warps = kIndexerShareWarps;
-    c.min_blocks = kIndexerShareBlocks;
-  }
-#if defined(FP8OPS_TUNING)
-  c.lanes = tune_env("FP8OPS_TUNE_IDX_LANES", c.lanes);
-  c.warps = tune_env("FP8OPS_TUNE_IDX_WARPS", c.warps);
-  c.min_blocks = tune_env("FP8OPS_TUNE_IDX_MINB", c.min_blocks);
-  c.persist = tune_env("FP8OPS_TUNE_IDX_PERSIST", c.persist) != 0;
-  c.share = tune_env("FP8OPS_TUNE_IDX_SHARE", c.share) != 0;
-  c.stream = tune_env("FP8OPS_TUNE_IDX_STREAM", c.stream) != 0;
-#endif
-  if (c.lanes == 4 && (c.min_blocks == 0 || c.share)) c.stagger_ns = kIndexerStaggerNs;
-#if defined(FP8OPS_TUNING)
-  c.stagger_ns = tune_env("FP8OPS_TUNE_IDX_STAGGER", c.stagger_ns);
-#endif
-  return c;
-}
-
 template <typename T, bool kVec, int kLanes, int kWarps, int kMinBlocks, IndexerMode kMode, bool kShare = false,
           bool kStream = false>
-cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, bool persist, int stagger_ns, int sm_count,
-                                 cudaStream_t stream) {
+cudaError_t launch_indexer_shape(const IndexerParams& p, uint32_t items, int stagger_ns, int sm_count,
+                                 cudaStream_t stream, bool pdl) {
   constexpr uint32_t kItemsPerBlock = kWarps * IndexerSplit<kLanes>::kHeadsPerWarp;
   constexpr auto kernel = indexer_q_quant_kernel<T, kVec, kLanes, kWarps, kMinBlocks, kMode, kShare, kStream>;
-  uint32_t blocks = (items + kItemsPerBlock - 1) / kItemsPerBlock;
-  if (persist) {
-    // 0 when the occupancy query failed.
-    const int resident = resident_blocks_per_sm<kernel>(kWarps * 32) * sm_count;
-    // The start times are spread only when every warp has two to six groups.
-    if (resident <= 0 || blocks < 2 * static_cast<uint32_t>(resident) ||
-        blocks >= 6 * static_cast<uint32_t>(resident)) {
-      stagger_ns = 0;
-    }
-    if (resident > 0 && blocks > static_cast<uint32_t>(resident)) blocks = resident;
-  } else {
-    stagger_ns = 0;
-  }
-  return launch_with_pdl(kernel, dim3(blocks), dim3(kWarps * 32), stream, p, FastDivmod(static_cast<uint32_t>(p.H)),
-                         items, static_cast<uint32_t>(stagger_ns), prefetch_ahead());
+  const int64_t resident = int64_t(resident_blocks_per_sm<kernel>(kWarps * 32)) * sm_count;
+  const IndexerGrid g = indexer_grid(items, kItemsPerBlock, resident, stagger_ns);
+  return launch_kernel(kernel, dim3(g.blocks), dim3(kWarps * 32), stream, pdl, p,
+                       FastDivmod(static_cast<uint32_t>(p.H)), items, g.stagger_ns, true);
 }
 
 template <typename T, bool kVec, IndexerMode kMode>
-cudaError_t launch_indexer_lanes(const IndexerParams& p, uint32_t items, const IndexerConfig& c, int sm_count,
-                                 cudaStream_t stream) {
-  if constexpr (kTuningBuild) {
-#define FP8OPS_IDX_SHAPE(L, W, B, SH, ST)                                                   \
-  if (c.lanes == L && c.warps == W && c.min_blocks == B && c.share == SH && c.stream == ST) \
-  return launch_indexer_shape<T, kVec, L, W, B, kMode, SH, ST>(p, items, c.persist, c.stagger_ns, sm_count, stream)
-    FP8OPS_IDX_SHAPE(8, 2, 16, false, false);
-    FP8OPS_IDX_SHAPE(8, 4, 0, false, false);
-    FP8OPS_IDX_SHAPE(4, 2, 12, false, false);
-    FP8OPS_IDX_SHAPE(4, 2, 14, false, false);
-    FP8OPS_IDX_SHAPE(4, 2, 16, false, false);
-    FP8OPS_IDX_SHAPE(4, 2, 0, false, true);
-    FP8OPS_IDX_SHAPE(4, kIndexerShareWarps, kIndexerShareBlocks, true, false);
-    FP8OPS_IDX_SHAPE(4, 4, 6, false, false);
-    FP8OPS_IDX_SHAPE(4, 4, 8, false, false);
-#undef FP8OPS_IDX_SHAPE
-  }
-  if (c.lanes == 8)
-    return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
+cudaError_t launch_indexer_mode(const IndexerParams& p, uint32_t items, const IndexerConfig& c, int sm_count,
+                                cudaStream_t stream, bool pdl) {
+  if (c.lanes == 8) return launch_indexer_shape<T, kVec, 8, 2, 0, kMode>(p, items, c.stagger_ns, sm_count, stream, pdl);
   if constexpr (kMode != IndexerMode::kAny) {
     if (c.share) {
       return launch_indexer_shape<T, kVec, 4, kIndexerShareWarps, kIndexerShareBlocks, kMode, true, true>(
-          p, items, c.persist, c.stagger_ns, sm_count, stream);
+          p, items, c.stagger_ns, sm_count, stream, pdl);
     }
     if (c.min_blocks == 16) {
-      return c.stream
-                 ? launch_indexer_shape<T, kVec, 4, 2, 16, kMode, false, true>(p, items, c.persist, c.stagger_ns,
-                                                                               sm_count, stream)
-                 : launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
+      return c.stream ? launch_indexer_shape<T, kVec, 4, 2, 16, kMode, false, true>(p, items, c.stagger_ns, sm_count,
+                                                                                    stream, pdl)
+                      : launch_indexer_shape<T, kVec, 4, 2, 16, kMode>(p, items, c.stagger_ns, sm_count, stream, pdl);
     }
   }
-  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.persist, c.stagger_ns, sm_count, stream);
+  return launch_indexer_shape<T, kVec, 4, 2, 0, kMode>(p, items, c.stagger_ns, sm_count, stream, pdl);
 }
 
 template <typename T, bool kVec>
 cudaError_t launch_indexer_vec(const IndexerParams& p, uint32_t items, int sm_count, int64_t l2_bytes,
-                               cudaStream_t stream) {
-  // With 16-byte loads the DeepSeek option sets have kernels of their own (FP8OPS_TUNE_IDX_MODE=0
-  // turns them off in benchmarking builds).
+                               cudaStream_t stream, bool pdl) {
+  // With 16-byte loads the DeepSeek option sets have kernels of their own.
   const IndexerConfig c = indexer_config(items, kVec ? indexer_mode(p) : IndexerMode::kAny, l2_bytes);
   if constexpr (kVec) {
     if (c.mode == IndexerMode::kV4)
-      return launch_indexer_lanes<T, kVec, IndexerMode::kV4>(p, items, c, sm_count, stream);
+      return launch_indexer_mode<T, kVec, IndexerMode::kV4>(p, items, c, sm_count, stream, pdl);
     if (c.mode == IndexerMode::kV32)
-      return launch_indexer_lanes<T, kVec, IndexerMode::kV32>(p, items, c, sm_count, stream);
+      return launch_indexer_mode<T, kVec, IndexerMode::kV32>(p, items, c, sm_count, stream, pdl);
   }
-  return launch_indexer_lanes<T, kVec, IndexerMode::kAny>(p, items, c, sm_count, stream);
+  return launch_indexer_mode<T, kVec, IndexerMode::kAny>(p, items, c, sm_count, stream, pdl);
 }
 
-// Launches indexer_q_quant on stream; B * H must be below 2^31 (prepare.cpp checks it). sm_count:
-// the device's multiprocessors (the persistent grids' size); l2_bytes: its L2 size.
+// Launches indexer_q_quant on stream (with PDL when pdl is set); B * H must be below 2^31
+// (prepare.cpp checks it). sm_count: the device's multiprocessors (the persistent grids' size);
+// l2_bytes: its L2 size.
 template <typename T>
-cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, int64_t l2_bytes, cudaStream_t stream) {
+cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, int64_t l2_bytes, cudaStream_t stream,
+                                   bool pdl) {
   const int64_t items = p.B * p.H;
   if (items == 0) return cudaSuccess;
   if (items >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
@@ -722,8 +584,8 @@ cudaError_t launch_indexer_q_quant(const IndexerParams& p, int sm_count, int64_t
   const bool vec = reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && (p.q_stride_b * int64_t(sizeof(T))) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(p.cos_sin) % 16 == 0 && p.cs_stride_pos % 4 == 0;
   const uint32_t n = static_cast<uint32_t>(items);
-  return vec ? launch_indexer_vec<T, true>(p, n, sm_count, l2_bytes, stream)
-             : launch_indexer_vec<T, false>(p, n, sm_count, l2_bytes, stream);
+  return vec ? launch_indexer_vec<T, true>(p, n, sm_count, l2_bytes, stream, pdl)
+             : launch_indexer_vec<T, false>(p, n, sm_count, l2_bytes, stream, pdl);
 }
 
 }  // namespace fp8ops

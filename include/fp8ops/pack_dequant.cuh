@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "fp8ops/group_quant.cuh"
+#include "fp8ops/launch.cuh"
 #include "fp8ops/numerics.h"
 #include "fp8ops/pack_dequant.h"
 
@@ -54,14 +54,14 @@ __global__ void __launch_bounds__(kPackThreads) pack_ue8m0_kernel(const PackUe8m
   }
 }
 
-inline cudaError_t launch_pack_ue8m0(const PackUe8m0Params& p, cudaStream_t stream) {
+inline cudaError_t launch_pack_ue8m0(const PackUe8m0Params& p, cudaStream_t stream, bool pdl) {
   if (p.B * p.P * p.Ma == 0) return cudaSuccess;
   if (p.B > 65535) return cudaErrorInvalidValue;
   const bool vec4 = p.in_stride_s == 1 && reinterpret_cast<uintptr_t>(p.in) % 16 == 0 && p.in_stride_m % 4 == 0 &&
                     p.in_stride_b % 4 == 0;
   const dim3 grid(static_cast<unsigned>((p.Ma + kPackTileRows - 1) / kPackTileRows),
                   static_cast<unsigned>((p.P + kPackTileWords - 1) / kPackTileWords), static_cast<unsigned>(p.B));
-  return launch_with_pdl(pack_ue8m0_kernel, grid, dim3(kPackThreads), stream, p, vec4);
+  return launch_kernel(pack_ue8m0_kernel, grid, dim3(kPackThreads), stream, pdl, p, vec4);
 }
 
 template <typename T>

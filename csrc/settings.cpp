@@ -1,0 +1,67 @@
+#include "settings.h"
+
+#include <atomic>
+#include <cstdint>
+
+#include "fp8ops/group_quant_launch.h"
+#include "fp8ops/indexer_launch.h"
+
+namespace fp8ops {
+namespace {
+std::atomic<bool> g_pdl{true};
+}  // namespace
+
+bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+
+}  // namespace fp8ops
+
+#define FP8OPS_C_API extern "C" __attribute__((visibility("default")))
+
+FP8OPS_C_API void fp8ops_set_pdl(int enabled) { fp8ops::g_pdl.store(enabled != 0, std::memory_order_relaxed); }
+FP8OPS_C_API int fp8ops_pdl_enabled() { return fp8ops::pdl_enabled() ? 1 : 0; }
+
+// group_quant_launch for the problem in[0..12]: T, G, D, T_q, T_s, s_stride_t, s_stride_g,
+// s_stride_s, group_size, packed, elem_bytes, x_aligned (16-byte aligned base and row strides),
+// sm_count. Writes out[0..9]: unroll, map, grid_x, grid_y, block_x, block_y, rows, row_divisor,
+// gather_words, vec16.
+FP8OPS_C_API void fp8ops_group_quant_launch(const int64_t* in, int64_t* out) {
+  fp8ops::GroupQuantParams p{};
+  p.T = in[0];
+  p.G = in[1];
+  p.D = in[2];
+  p.T_q = in[3];
+  p.T_s = in[4];
+  p.s_stride_t = in[5];
+  p.s_stride_g = in[6];
+  p.s_stride_s = in[7];
+  p.group_size = static_cast<int32_t>(in[8]);
+  p.S = static_cast<int32_t>(p.D / p.group_size);
+  p.packed = in[9] != 0;
+  p.ue8m0 = p.packed;
+  p.x_stride_t = in[11] != 0 ? p.D : 1;  // an odd stride is never 16-byte aligned
+  p.x_stride_g = in[11] != 0 ? p.D : 1;
+  const fp8ops::GroupQuantLaunch c = fp8ops::group_quant_launch(p, static_cast<int>(in[10]), static_cast<int>(in[12]));
+  const int64_t r[10] = {c.unroll,       static_cast<int64_t>(c.map),
+                         c.grid_x,       c.grid_y,
+                         c.block_x,      c.block_y,
+                         c.rows,         c.row_divisor,
+                         c.gather_words, c.vec16};
+  for (int i = 0; i < 10; ++i) out[i] = r[i];
+}
+
+// indexer_config for (items, mode (0 kAny, 1 kV4, 2 kV32), l2_bytes). Writes out[0..6]: lanes,
+// warps, min_blocks, mode, stagger_ns, share, stream.
+FP8OPS_C_API void fp8ops_indexer_config(int64_t items, int64_t mode, int64_t l2_bytes, int64_t* out) {
+  const fp8ops::IndexerConfig c = fp8ops::indexer_config(items, static_cast<fp8ops::IndexerMode>(mode), l2_bytes);
+  const int64_t r[7] = {c.lanes, c.warps, c.min_blocks, static_cast<int64_t>(c.mode), c.stagger_ns, c.share, c.stream};
+  for (int i = 0; i < 7; ++i) out[i] = r[i];
+}
+
+// indexer_grid: writes out[0..1]: blocks, stagger_ns.
+FP8OPS_C_API void fp8ops_indexer_grid(int64_t items, int64_t items_per_block, int64_t resident, int64_t stagger_ns,
+                                      int64_t* out) {
+  const fp8ops::IndexerGrid g = fp8ops::indexer_grid(
+      static_cast<uint32_t>(items), static_cast<uint32_t>(items_per_block), resident, static_cast<int>(stagger_ns));
+  out[0] = g.blocks;
+  out[1] = g.stagger_ns;
+}

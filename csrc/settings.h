@@ -1,0 +1,11 @@
+// Process-wide launch settings, read by the CUDA launchers at each launch (so a CUDA graph keeps
+// what was set when it was captured), and the C entry points fp8ops/_native.py reaches through
+// ctypes: the settings and the pure launch-shape functions, so that CPU tests can pin them.
+#pragma once
+
+namespace fp8ops {
+
+// Programmatic dependent launch: on by default (fp8ops.set_pdl).
+bool pdl_enabled();
+
+}  // namespace fp8ops

@@ -1,0 +1,70 @@
+"""The library's plain C entry points (csrc/settings.cpp), reached through ctypes: the launch
+settings, and the pure launch-shape functions that the CPU tests pin."""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+_I64 = ctypes.c_int64
+_I64P = ctypes.POINTER(ctypes.c_int64)
+
+
+@functools.cache
+def _lib() -> ctypes.CDLL:
+    from . import _LIBRARY  # the path torch.ops.load_library loaded
+
+    lib = ctypes.CDLL(_LIBRARY)
+    lib.fp8ops_set_pdl.argtypes = [ctypes.c_int]
+    lib.fp8ops_pdl_enabled.restype = ctypes.c_int
+    lib.fp8ops_group_quant_launch.argtypes = [_I64P, _I64P]
+    lib.fp8ops_indexer_config.argtypes = [_I64, _I64, _I64, _I64P]
+    lib.fp8ops_indexer_grid.argtypes = [_I64, _I64, _I64, _I64, _I64P]
+    return lib
+
+
+def set_pdl(enabled: bool) -> None:
+    """Turn programmatic dependent launch (PDL) on or off for every later fp8ops kernel launch.
+
+    With PDL (the default, on sm_90+) a kernel may start while the previous kernel of its stream
+    finishes, and waits for it before touching memory: results are the same either way. The
+    setting is process-wide and read at launch, so a CUDA graph keeps the setting it was captured
+    with."""
+    _lib().fp8ops_set_pdl(1 if enabled else 0)
+
+
+def pdl_enabled() -> bool:
+    """Whether fp8ops launches its kernels with programmatic dependent launch."""
+    return bool(_lib().fp8ops_pdl_enabled())
+
+
+def group_quant_launch(problem: dict) -> dict:
+    """The group quantization kernel's launch shape (include/fp8ops/group_quant_launch.h)."""
+    keys = ("T", "G", "D", "T_q", "T_s", "s_stride_t", "s_stride_g", "s_stride_s", "group_size", "packed")
+    vals = [int(problem[k]) for k in keys] + [problem["elem_bytes"], int(problem["x_aligned"]), problem["sm_count"]]
+    out = (_I64 * 10)()
+    _lib().fp8ops_group_quant_launch((_I64 * 13)(*vals), out)
+    names = ("unroll", "map", "grid_x", "grid_y", "block_x", "block_y", "rows", "row_divisor", "gather_words", "vec16")
+    res = dict(zip(names, out, strict=True))
+    res["map"] = ("rows_apart", "mn_rows", "groups")[res["map"]]
+    return res
+
+
+INDEXER_MODES = ("any", "v4", "v32")
+
+
+def indexer_config(items: int, mode: str, l2_bytes: int) -> dict:
+    """The indexer kernel's launch configuration (include/fp8ops/indexer_launch.h)."""
+    out = (_I64 * 7)()
+    _lib().fp8ops_indexer_config(items, INDEXER_MODES.index(mode), l2_bytes, out)
+    names = ("lanes", "warps", "min_blocks", "mode", "stagger_ns", "share", "stream")
+    res = dict(zip(names, out, strict=True))
+    res["mode"] = INDEXER_MODES[res["mode"]]
+    return res
+
+
+def indexer_grid(items: int, items_per_block: int, resident: int, stagger_ns: int) -> tuple[int, int]:
+    """(blocks, stagger_ns) of the indexer's persistent grid."""
+    out = (_I64 * 2)()
+    _lib().fp8ops_indexer_grid(items, items_per_block, resident, stagger_ns, out)
+    return out[0], out[1]

@@ -1,0 +1,151 @@
+"""The launch shapes (include/fp8ops/group_quant_launch.h, indexer_launch.h) are pure host
+functions: these CPU tests pin which kernel and block shape each benchmark problem gets, and
+their invariants over many problems."""
+
+import itertools
+
+import pytest
+import torch
+
+import fp8ops
+from fp8ops import _layout, _native
+
+H200_SMS = 132
+H200_L2 = 60 << 20
+
+
+def per_token_problem(M, K, layout, group_size=128, elem_bytes=2, pad_rows_to=1, x_aligned=True, sms=H200_SMS):
+    S = K // group_size
+    sizes, strides, _ = _layout.per_token_scale_geometry(M, S, layout, pad_rows_to)
+    Mp = sizes[0]
+    T_s = strides[1] if layout in ("col_tma", "col_tma_packed") else Mp
+    return dict(
+        T=M, G=1, D=K, T_q=Mp, T_s=T_s, s_stride_t=strides[0], s_stride_g=0, s_stride_s=strides[1],
+        group_size=group_size, packed=layout == "col_tma_packed", elem_bytes=elem_bytes, x_aligned=x_aligned,
+        sm_count=sms,
+    )  # fmt: skip
+
+
+def group_major_problem(T, G, D, packed, sms=H200_SMS):
+    sizes, strides, _ = _layout.group_major_scale_geometry(T, G, D // 128, packed)
+    return dict(
+        T=T, G=G, D=D, T_q=T, T_s=_layout.align(T, 4), s_stride_t=strides[0], s_stride_g=strides[1],
+        s_stride_s=strides[2], group_size=128, packed=packed, elem_bytes=2, x_aligned=True, sm_count=sms,
+    )  # fmt: skip
+
+
+def shape(c):
+    return (c["unroll"], c["map"], (c["block_x"], c["block_y"]))
+
+
+# (M, K, layout) -> (units per thread, unit map, block) on the H200 (bf16: 16 elements, so 8 lanes
+# per group of 128): one row per thread on grids under four waves of 6 x 132 blocks of 256
+# threads, with col_tma's rows along a warp; beyond, pairs of MN-major rows (col, col_tma,
+# packed) or pairs of groups (row). blockDim.x is the largest power of two up to 256 dividing the
+# row's chunks (448 at K = 7168, 128 at 2048, 1024 at 16384; 224 for pairs of groups at 7168).
+PER_TOKEN_SHAPES = {
+    (1, 7168, "row"): (1, "rows_apart", (64, 1)),
+    (1, 7168, "col_tma"): (1, "rows_apart", (64, 1)),
+    (16, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
+    (128, 7168, "col_tma_packed"): (1, "rows_apart", (64, 2)),
+    (128, 7168, "row"): (1, "rows_apart", (64, 2)),
+    (2048, 7168, "row"): (2, "groups", (32, 8)),
+    (2048, 7168, "col"): (2, "mn_rows", (64, 4)),
+    (2047, 7168, "col"): (4, "rows_apart", (64, 4)),
+    (2048, 7168, "col_tma"): (2, "mn_rows", (64, 4)),
+    (32768, 7168, "col_tma_packed"): (2, "mn_rows", (64, 4)),
+    (32768, 2048, "col_tma"): (2, "mn_rows", (128, 2)),
+    (2048, 16384, "col_tma"): (2, "mn_rows", (256, 1)),
+}
+
+
+@pytest.mark.parametrize("key", list(PER_TOKEN_SHAPES))
+def test_per_token_benchmark_shapes(key):
+    M, K, layout = key
+    c = _native.group_quant_launch(per_token_problem(M, K, layout))
+    assert shape(c) == PER_TOKEN_SHAPES[key]
+    assert c["vec16"] == 1
+
+
+def test_group_major_takes_pairs_of_groups_and_packed_takes_mn_rows():
+    c = _native.group_quant_launch(group_major_problem(4096, 16, 4096, False))
+    assert shape(c)[:2] == (2, "groups")
+    c = _native.group_quant_launch(group_major_problem(4096, 16, 4096, True))
+    assert shape(c)[:2] == (2, "mn_rows") and c["gather_words"] == 1
+    c = _native.group_quant_launch(group_major_problem(8, 8, 512, False))
+    assert shape(c)[:2] == (1, "rows_apart")
+
+
+@pytest.mark.parametrize("layout", ("row", "col", "col_tma", "col_tma_packed"))
+def test_group_quant_grid_covers_the_work(layout):
+    """Every work row and chunk has a thread: grid_y * block_y * units covers the rows (or the
+    65535 cap strides over them), grid_x * block_x covers the chunks, and blocks hold at most 256
+    threads, a whole number of groups per row tile."""
+    for M, K, gs, eb in itertools.product((1, 3, 5, 17, 100, 4097, 70000), (128, 2048, 7168), (32, 64, 128), (2, 4)):
+        if K % gs:
+            continue
+        c = _native.group_quant_launch(per_token_problem(M, K, layout, gs, eb))
+        vec = 32 // eb
+        lanes = gs // vec
+        assert c["block_x"] * c["block_y"] <= 256
+        assert c["block_x"] % lanes == 0 or c["block_x"] >= K // vec
+        chunks = K // vec if c["map"] != "groups" else -(-(K // gs) // 2) * lanes
+        assert c["grid_x"] * c["block_x"] >= chunks
+        per_block = c["block_y"] * (1 if c["map"] == "groups" else c["unroll"])
+        assert c["grid_y"] == min(-(-c["rows"] // per_block), 65535)
+        if c["map"] == "mn_rows":
+            assert c["rows"] % 4 == 0 and c["row_divisor"] == c["rows"]
+
+
+def test_group_quant_misaligned_input_takes_element_loads():
+    c = _native.group_quant_launch(per_token_problem(64, 2048, "row", x_aligned=False))
+    assert c["vec16"] == 0
+
+
+# items = B * 64 heads -> (lanes, warps, register cap, shared out, evict-first, stagger) on the H200:
+# eight lanes below 2^14 items, capped four lanes below 2^17, and evict-first (with the shared-out
+# schedule when uncapped) while B * 64 * 256 output bytes fit in half of the 60 MiB L2.
+INDEXER_SHAPES = {
+    1: (8, 2, 0, 0, 0, 0),
+    255: (8, 2, 0, 0, 0, 0),
+    256: (4, 2, 16, 0, 1, 0),
+    512: (4, 2, 16, 0, 1, 0),
+    2048: (4, 7, 4, 1, 1, 1500),
+    4096: (4, 2, 0, 0, 0, 1500),
+    16384: (4, 2, 0, 0, 0, 1500),
+}
+
+
+@pytest.mark.parametrize("B", list(INDEXER_SHAPES))
+def test_indexer_benchmark_shapes(B):
+    c = _native.indexer_config(B * 64, "v4", H200_L2)
+    got = (c["lanes"], c["warps"], c["min_blocks"], c["share"], c["stream"], c["stagger_ns"])
+    assert got == INDEXER_SHAPES[B]
+    assert c["mode"] == "v4"
+
+
+def test_indexer_any_mode_never_caps_or_shares():
+    for items in (1, 1 << 14, 1 << 16, 1 << 17, 1 << 20):
+        c = _native.indexer_config(items, "any", H200_L2)
+        assert c["min_blocks"] == 0 and not c["share"] and not c["stream"]
+
+
+def test_indexer_grid_is_persistent_and_staggers_only_two_to_six_groups_per_warp():
+    resident = 132 * 8
+    assert _native.indexer_grid(100, 8, resident, 1500) == (13, 0)  # under one wave
+    assert _native.indexer_grid(8 * 2 * resident, 8, resident, 1500) == (resident, 1500)
+    assert _native.indexer_grid(8 * 6 * resident, 8, resident, 1500) == (resident, 0)
+    assert _native.indexer_grid(8 * 3 * resident, 8, 0, 1500) == (3 * resident, 0)  # unknown residency
+
+
+def test_pdl_setting_round_trips():
+    assert fp8ops.pdl_enabled()
+    fp8ops.set_pdl(False)
+    try:
+        assert not fp8ops.pdl_enabled()
+        x = torch.randn(5, 256, dtype=torch.bfloat16)
+        q, s = fp8ops.per_token_group_quant(x)
+        assert q.shape == (5, 256)
+    finally:
+        fp8ops.set_pdl(True)
+    assert fp8ops.pdl_enabled()

@@ -1,0 +1,45 @@
+"""Runs one fp8ops kernel on one shape three times, for a profiler; inputs are built the way the
+benchmark builds them. Under Nsight Compute, profiling the third launch:
+
+    ncu --clock-control none --kernel-name regex:fp8ops --launch-skip 2 --launch-count 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        python tools/profile.py per_token row 8192 7168
+
+    python tools/profile.py indexer 16384            # B (H = 64, DeepSeek-V4 options)
+    python tools/profile.py per_token row 8192 7168  # layout M K (bf16)
+    python tools/profile.py group_major 512 16 4096 fp32|packed
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+import fp8ops
+from fp8ops import bench
+
+
+def main(argv: list[str]) -> None:
+    kind, args = argv[0], argv[1:]
+    if kind == "indexer":
+        cs = torch.randn(65536, 64, device="cuda")
+        _, sets = bench.indexer_inputs(int(args[0]), 64, cs)
+        call = lambda: fp8ops.indexer_q_quant(*sets[0])  # noqa: E731
+    elif kind == "per_token":
+        layout, M, K = args[0], int(args[1]), int(args[2])
+        x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+        call = lambda: fp8ops.per_token_group_quant(x, scale_layout=layout)  # noqa: E731
+    elif kind == "group_major":
+        T, G, D, packed = int(args[0]), int(args[1]), int(args[2]), args[3] == "packed"
+        x = bench.group_major_inputs(T, G, D)[0][0]
+        call = lambda: fp8ops.group_major_quant(x, packed=packed)  # noqa: E731
+    else:
+        raise SystemExit(f"unknown kernel {kind!r}")
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
