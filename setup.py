@@ -13,6 +13,7 @@ import shutil
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
 
 
 def _find_cuda_home():
@@ -104,8 +105,20 @@ class BuildPyWithInfo(build_py):
             f.write(f'"""Written by setup.py at build time."""\n\nCUDA_VERSION = "{_cuda_version()}"\n')
 
 
+class SdistWithoutEggInfo(sdist):
+    """The sdist without setuptools' generated egg-info folder: PKG-INFO at its root carries the
+    metadata, and a build from the sdist makes its own egg-info."""
+
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, [f for f in files if ".egg-info" not in f.split(os.sep)[0]])
+
+
 setup(
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": BuildPyWithInfo},
+    cmdclass={
+        "build_ext": BuildExtension.with_options(use_ninja=True),
+        "build_py": BuildPyWithInfo,
+        "sdist": SdistWithoutEggInfo,
+    },
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

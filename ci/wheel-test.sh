@@ -5,6 +5,7 @@
 set -euo pipefail
 project=$1
 run=$(mktemp -d)
+trap 'rm -rf "$run"' EXIT
 cp -r "$project/tests" "$run/"
 cd "$run"
 python -c "import fp8ops, os; assert not fp8ops.__file__.startswith(os.path.realpath('$project')), fp8ops.__file__; print('testing', fp8ops.__file__)"

@@ -12,6 +12,15 @@ const char* dtype_name(ScalarType t) {
     case ScalarType::Float: return "float32";
     case ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
     case ScalarType::Int: return "int32";
+    case ScalarType::Double: return "float64";
+    case ScalarType::Long: return "int64";
+    case ScalarType::Short: return "int16";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Bool: return "bool";
+    case ScalarType::Float8_e5m2: return "float8_e5m2";
+    case ScalarType::ComplexFloat: return "complex64";
+    case ScalarType::ComplexDouble: return "complex128";
     default: return "an unsupported dtype";
   }
 }
@@ -60,8 +69,8 @@ Tensor new_contiguous(const Tensor& like, const std::vector<int64_t>& sizes, Sca
 void check_float_input(const char* op, const char* arg, const Tensor& t, bool allow_fp32) {
   const ScalarType d = t.scalar_type();
   const bool ok = d == ScalarType::BFloat16 || d == ScalarType::Half || (allow_fp32 && d == ScalarType::Float);
-  FP8OPS_CHECK(ok, op, ": ", arg, " must be bfloat16, float16", allow_fp32 ? " or float32" : "", ", got ",
-               dtype_name(d));
+  FP8OPS_CHECK(ok, op, ": ", arg, allow_fp32 ? " must be bfloat16, float16 or float32" : " must be bfloat16 or float16",
+               ", got ", dtype_name(d));
   FP8OPS_CHECK(t.is_cpu() || t.is_cuda(), op, ": ", arg, " must be a CPU or CUDA tensor");
 }
 

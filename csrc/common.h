@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,10 +24,32 @@ namespace fp8ops {
 using torch::stable::Tensor;
 using ScalarType = torch::headeronly::ScalarType;
 
-#define FP8OPS_CHECK(cond, ...) STD_TORCH_CHECK(cond, "fp8ops: ", __VA_ARGS__)
+template <typename... Args>
+std::string message(const Args&... args) {
+  std::ostringstream oss;
+  (oss << ... << args);
+  return oss.str();
+}
+
+// Raises a RuntimeError whose text is the fp8ops message alone (no C++ function or source path);
+// fp8ops/_checks.py raises the same texts from the fake kernels.
+#define FP8OPS_CHECK(cond, ...)                                                        \
+  do {                                                                                 \
+    if (!(cond)) throw std::runtime_error(::fp8ops::message("fp8ops: ", __VA_ARGS__)); \
+  } while (0)
 
 inline int64_t align_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 inline int64_t ceil_div(int64_t n, int64_t a) { return (n + a - 1) / a; }
+
+// Row counts and scale-group counts that the kernels index with 31 bits.
+constexpr int64_t kMaxRows = int64_t(1) << 31;
+
+// align(n, a) for 0 <= n and 1 <= a, or -1 when it is kMaxRows or more (so never overflows).
+inline int64_t align_rows(int64_t n, int64_t a) {
+  if (n >= kMaxRows || a >= kMaxRows) return n == 0 ? 0 : -1;
+  const int64_t r = align_up(n, a);
+  return r >= kMaxRows ? -1 : r;
+}
 
 const char* dtype_name(ScalarType t);
 int32_t aoti_dtype(ScalarType t);

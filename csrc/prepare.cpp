@@ -9,6 +9,12 @@ namespace {
 // Kernels index groups and packed words with 31-bit integers.
 constexpr int64_t kMaxWorkItems = int64_t(1) << 31;
 
+// Whether a * b * c < kMaxWorkItems, for non-negative factors, without overflowing.
+bool below_work_limit(int64_t a, int64_t b, int64_t c = 1) {
+  if (a == 0 || b == 0 || c == 0) return true;
+  return a < kMaxWorkItems && b < kMaxWorkItems / a && c < kMaxWorkItems / (a * b);
+}
+
 // Row stride of x viewed as [-1, K]; fails where that view would fail.
 int64_t flattened_row_stride(const char* op, const Tensor& x) {
   const int64_t n = x.dim();
@@ -51,10 +57,12 @@ PreparedGroupQuant prepare_per_token_group_quant(const Tensor& x, int64_t group_
   const int64_t row_stride = flattened_row_stride(op, x);
   const int64_t S = K / group_size;
 
+  FP8OPS_CHECK(align_rows(M, pad_rows_to) >= 0, op, ": the padded row count align(M, pad_rows_to) = align(", M, ", ",
+               pad_rows_to, ") must be below 2^31");
   const ScaleGeometry geo = per_token_scale_geometry(M, S, layout, pad_rows_to);
   const int64_t Mp = geo.sizes[0];
-  FP8OPS_CHECK(geo.rows_padded * S < kMaxWorkItems, op, ": x has too many scale groups (", geo.rows_padded * S,
-               "); at most 2^31 - 1 are supported");
+  FP8OPS_CHECK(below_work_limit(geo.rows_padded, S), op,
+               ": x has too many scale groups; at most 2^31 - 1 (padded rows times K / group_size) are supported");
 
   PreparedGroupQuant prep{new_contiguous(x, {Mp, K}, ScalarType::Float8_e4m3fn),
                           new_strided(x, geo.sizes, geo.strides, geo.storage_numel, geo.dtype),
@@ -93,10 +101,9 @@ PreparedGroupQuant prepare_group_major_quant(const Tensor& x, bool ue8m0, bool p
   FP8OPS_CHECK(D == 0 || x.stride(2) == 1, op, ": x's last dim must be contiguous (stride 1), got stride ",
                x.stride(2));
   const int64_t S = D / kGroup;
+  FP8OPS_CHECK(below_work_limit(align_up(T, 4), G, S), op,
+               ": x has too many scale groups; at most 2^31 - 1 (align(T, 4) * G * D / 128) are supported");
   const ScaleGeometry geo = group_major_scale_geometry(T, G, S, packed);
-  FP8OPS_CHECK(geo.rows_padded * G * S < kMaxWorkItems, op,
-               ": x has too many scale groups; at most 2^31 - 1 are "
-               "supported");
 
   PreparedGroupQuant prep{new_contiguous(x, {T, G, D}, ScalarType::Float8_e4m3fn),
                           new_strided(x, geo.sizes, geo.strides, geo.storage_numel, geo.dtype),
@@ -134,8 +141,9 @@ PreparedPack prepare_pack_ue8m0(const Tensor& scale) {
   const bool batched = scale.dim() == 3;
   const int64_t B = batched ? scale.size(0) : 1;
   const int64_t M = scale.size(scale.dim() - 2), S = scale.size(scale.dim() - 1);
+  FP8OPS_CHECK(below_work_limit(B, align_up(M, 4), ceil_div(S, 4)), op,
+               ": scale is too large; at most 2^31 - 1 packed words are supported");
   const ScaleGeometry geo = packed_scale_geometry(B, M, S, batched);
-  FP8OPS_CHECK(geo.storage_numel < kMaxWorkItems, op, ": scale is too large; at most 2^31 - 1 packed words");
   PreparedPack prep{new_strided(scale, geo.sizes, geo.strides, geo.storage_numel, geo.dtype), {}};
   PackUe8m0Params& p = prep.params;
   p.in = static_cast<const float*>(scale.const_data_ptr());
