@@ -62,6 +62,15 @@ Tensor new_strided(const Tensor& like, const std::vector<int64_t>& sizes, const 
 // Contiguous tensor of `sizes`.
 Tensor new_contiguous(const Tensor& like, const std::vector<int64_t>& sizes, ScalarType dtype);
 
+// Kernels index groups and packed words with 31-bit integers.
+constexpr int64_t kMaxWorkItems = int64_t(1) << 31;
+
+// Whether a * b * c < kMaxWorkItems, for non-negative factors, without overflowing.
+bool below_work_limit(int64_t a, int64_t b, int64_t c = 1);
+
+// Row stride of x viewed as [-1, K]; fails (naming op) where that view would fail.
+int64_t flattened_row_stride(const char* op, const Tensor& x);
+
 // Argument checks shared by the ops: each names the op and the argument.
 void check_float_input(const char* op, const char* arg, const Tensor& t, bool allow_fp32);
 void check_eps(const char* op, double eps);

@@ -2,15 +2,12 @@
 
 namespace fp8ops {
 
-ScaleLayout parse_scale_layout(const std::string& name) {
+ScaleLayout parse_scale_layout(const char* op, const std::string& name) {
   if (name == "row") return ScaleLayout::kRow;
   if (name == "col") return ScaleLayout::kCol;
   if (name == "col_tma") return ScaleLayout::kColTma;
   if (name == "col_tma_packed") return ScaleLayout::kColTmaPacked;
-  FP8OPS_CHECK(false,
-               "per_token_group_quant: scale_layout must be one of 'row', 'col', 'col_tma', "
-               "'col_tma_packed', got '",
-               name, "'");
+  FP8OPS_CHECK(false, op, ": scale_layout must be one of 'row', 'col', 'col_tma', 'col_tma_packed', got '", name, "'");
   return ScaleLayout::kRow;
 }
 
@@ -34,6 +31,14 @@ ScaleGeometry per_token_scale_geometry(int64_t M, int64_t S, ScaleLayout layout,
 ScaleGeometry group_major_scale_geometry(int64_t T, int64_t G, int64_t S, bool packed) {
   const int64_t Ta = align_up(T, 4), C = packed ? ceil_div(S, 4) : S;
   return {{T, G, C}, {1, C * Ta, Ta}, G * C * Ta, packed ? ScalarType::Int : ScalarType::Float, Ta};
+}
+
+ScaleGeometry masked_scale_geometry(int64_t E, int64_t Mmax, int64_t S, ScaleLayout layout) {
+  const int64_t Ma = align_up(Mmax, 4);
+  if (layout == ScaleLayout::kRow) return {{E, Mmax, S}, {Mmax * S, S, 1}, E * Mmax * S, ScalarType::Float, Mmax};
+  const bool packed = layout == ScaleLayout::kColTmaPacked;
+  const int64_t C = packed ? ceil_div(S, 4) : S;
+  return {{E, Mmax, C}, {C * Ma, 1, Ma}, E * C * Ma, packed ? ScalarType::Int : ScalarType::Float, Ma};
 }
 
 ScaleGeometry packed_scale_geometry(int64_t B, int64_t M, int64_t S, bool batched) {

@@ -12,7 +12,7 @@ namespace fp8ops {
 
 enum class ScaleLayout { kRow, kCol, kColTma, kColTmaPacked };
 
-ScaleLayout parse_scale_layout(const std::string& name);
+ScaleLayout parse_scale_layout(const char* op, const std::string& name);
 
 // Sizes, strides and storage of one scale tensor, and the rows the kernel writes.
 struct ScaleGeometry {
@@ -28,6 +28,10 @@ ScaleGeometry per_token_scale_geometry(int64_t M, int64_t S, ScaleLayout layout,
 
 // group_major_quant: logical [T, G, S] strides (1, S*Ta, Ta), or [T, G, P] int32 when packed.
 ScaleGeometry group_major_scale_geometry(int64_t T, int64_t G, int64_t S, bool packed);
+
+// silu_mul_quant's masked mode: [E, Mmax, S] (row: strides (Mmax*S, S, 1); col_tma: (S*Ma, 1, Ma))
+// or packed int32 [E, Mmax, P] strides (P*Ma, 1, Ma). `col` is not offered (the caller checks).
+ScaleGeometry masked_scale_geometry(int64_t E, int64_t Mmax, int64_t S, ScaleLayout layout);
 
 // pack_ue8m0: [M, P] strides (1, Ma), or [B, M, P] strides (P*Ma, 1, Ma).
 ScaleGeometry packed_scale_geometry(int64_t B, int64_t M, int64_t S, bool batched);

@@ -4,13 +4,8 @@
 #include "ops.h"
 
 namespace fp8ops {
-namespace {
 
-// Kernels index groups and packed words with 31-bit integers.
-constexpr int64_t kMaxWorkItems = int64_t(1) << 31;
-
-// Whether a * b * c < kMaxWorkItems, for non-negative factors, without overflowing.
-bool below_work_limit(int64_t a, int64_t b, int64_t c = 1) {
+bool below_work_limit(int64_t a, int64_t b, int64_t c) {
   if (a == 0 || b == 0 || c == 0) return true;
   return a < kMaxWorkItems && b < kMaxWorkItems / a && c < kMaxWorkItems / (a * b);
 }
@@ -35,8 +30,6 @@ int64_t flattened_row_stride(const char* op, const Tensor& x) {
   return row_stride;
 }
 
-}  // namespace
-
 PreparedGroupQuant prepare_per_token_group_quant(const Tensor& x, int64_t group_size, const std::string& scale_layout,
                                                  bool ue8m0, int64_t pad_rows_to, double eps) {
   const char* op = "per_token_group_quant";
@@ -44,7 +37,7 @@ PreparedGroupQuant prepare_per_token_group_quant(const Tensor& x, int64_t group_
   FP8OPS_CHECK(x.dim() >= 2, op, ": x must have at least 2 dims ([M, K] or [..., K]), got ", x.dim());
   FP8OPS_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
                ": group_size must be 32, 64 or 128, got ", group_size);
-  const ScaleLayout layout = parse_scale_layout(scale_layout);
+  const ScaleLayout layout = parse_scale_layout(op, scale_layout);
   FP8OPS_CHECK(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to);
   check_eps(op, eps);
   const int64_t K = x.size(x.dim() - 1);

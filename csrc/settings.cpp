@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "fp8ops/fused_quant_launch.h"
 #include "fp8ops/group_quant_launch.h"
 #include "fp8ops/indexer_launch.h"
 
@@ -64,4 +65,29 @@ FP8OPS_C_API void fp8ops_indexer_grid(int64_t items, int64_t items_per_block, in
       static_cast<uint32_t>(items), static_cast<uint32_t>(items_per_block), resident, static_cast<int>(stagger_ns));
   out[0] = g.blocks;
   out[1] = g.stagger_ns;
+}
+
+// fused_quant.h's row_shape and fused_quant_launch.h's chunk count for a row of `chunks` chunks.
+// Writes out[0..3]: lanes, chunks_per_lane, rows_per_block, compiled chunks per lane.
+FP8OPS_C_API void fp8ops_row_shape(int64_t chunks, int64_t* out) {
+  const fp8ops::RowShape s = fp8ops::row_shape(chunks);
+  out[0] = s.lanes;
+  out[1] = s.chunks_per_lane;
+  out[2] = s.rows_per_block;
+  out[3] = fp8ops::row_max_chunks(s.chunks_per_lane);
+}
+
+FP8OPS_C_API int64_t fp8ops_row_grid_blocks(int64_t rows, int64_t rows_per_block, int64_t resident_per_sm,
+                                            int64_t sm_count) {
+  return fp8ops::row_grid_blocks(rows, static_cast<uint32_t>(rows_per_block), static_cast<int>(resident_per_sm),
+                                 static_cast<int>(sm_count));
+}
+
+// numerics.h's exp_fp32 and silu_fp32 over n values (the tests hold them to float64 references).
+FP8OPS_C_API void fp8ops_exp_fp32(const float* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp8ops::exp_fp32(in[i]);
+}
+
+FP8OPS_C_API void fp8ops_silu_fp32(const float* in, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp8ops::silu_fp32(in[i]);
 }

@@ -130,8 +130,27 @@ def padded_rows(op, M, pad_rows_to):
     return align(M, pad_rows_to)
 
 
-def per_token_group_quant(x, group_size, layout, pad_rows_to, eps_value, op="per_token_group_quant"):
-    """Checks of per_token_group_quant (and of the ops that produce its outputs); returns M."""
+def last_dim_contiguous(op, x, name="x"):
+    K = x.shape[-1]
+    require(
+        K == 0 or x.stride(-1) == 1, op, f": {name}'s last dim must be contiguous (stride 1), got stride ", x.stride(-1)
+    )
+
+
+def flat_rows(op, M, D, group_size, layout, pad_rows_to):
+    """The per-token output's row checks (padded rows, scale groups)."""
+    Mp = padded_rows(op, M, pad_rows_to)
+    rows = align(Mp, 4) if layout in ("col_tma", "col_tma_packed") else Mp
+    require(
+        below_work_limit(rows, D // group_size),
+        op,
+        ": x has too many scale groups; at most 2^31 - 1 (padded rows times K / group_size) are supported",
+    )
+
+
+def per_token_group_quant(x, group_size, layout, pad_rows_to, eps_value):
+    """Checks of per_token_group_quant; returns M."""
+    op = "per_token_group_quant"
     float_input(op, "x", x, True)
     require(x.dim() >= 2, op, ": x must have at least 2 dims ([M, K] or [..., K]), got ", x.dim())
     group_sizes(op, group_size)
@@ -140,17 +159,123 @@ def per_token_group_quant(x, group_size, layout, pad_rows_to, eps_value, op="per
     eps(op, eps_value)
     K = x.shape[-1]
     require(K % group_size == 0, op, ": x.size(-1) (K = ", K, ") must be a multiple of group_size (", group_size, ")")
-    require(K == 0 or x.stride(-1) == 1, op, ": x's last dim must be contiguous (stride 1), got stride ", x.stride(-1))
+    last_dim_contiguous(op, x)
     M = math.prod(x.shape[:-1])
     flattened_row_stride(op, x)
-    Mp = padded_rows(op, M, pad_rows_to)
-    rows = align(Mp, 4) if layout in ("col_tma", "col_tma_packed") else Mp
-    require(
-        below_work_limit(rows, K // group_size),
-        op,
-        ": x has too many scale groups; at most 2^31 - 1 (padded rows times K / group_size) are supported",
-    )
+    flat_rows(op, M, K, group_size, layout, pad_rows_to)
     return M
+
+
+def silu_mul_quant(x, group_size, layout, pad_rows_to, eps_value, masked_m):
+    """Checks of silu_mul_quant; returns M (flat) or None (masked)."""
+    op = "silu_mul_quant"
+    float_input(op, "x", x, True)
+    if masked_m is not None:
+        require(x.dim() == 3, op, ": with masked_m, x must be 3-D [E, Mmax, 2H], got ", x.dim(), " dims")
+    else:
+        require(x.dim() >= 2, op, ": x must have at least 2 dims ([M, 2H] or [..., 2H]), got ", x.dim())
+    group_sizes(op, group_size)
+    scale_layout(op, layout)
+    require(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to)
+    eps(op, eps_value)
+    K2 = x.shape[-1]
+    require(
+        K2 % (2 * group_size) == 0,
+        op,
+        ": x.size(-1) / 2 (H, the gate and up widths) must be a multiple of group_size (",
+        group_size,
+        "); x.size(-1) = ",
+        K2,
+    )
+    last_dim_contiguous(op, x)
+    H = K2 // 2
+    if masked_m is None:
+        M = math.prod(x.shape[:-1])
+        flattened_row_stride(op, x)
+        flat_rows(op, M, H, group_size, layout, pad_rows_to)
+        return M
+    E, Mmax = x.shape[0], x.shape[1]
+    require(masked_m.dtype == torch.int32, op, ": masked_m must be int32, got ", dtype_name(masked_m.dtype))
+    require(masked_m.dim() == 1 and masked_m.shape[0] == E, op, ": masked_m must be [E] = [", E, "]")
+    same_device(op, "x", x, "masked_m", masked_m)
+    require(masked_m.stride(0) == 1 or E <= 1, op, ": masked_m must be contiguous")
+    require(pad_rows_to == 1, op, ": pad_rows_to must be 1 with masked_m, got ", pad_rows_to)
+    require(
+        layout != "col",
+        op,
+        ": scale_layout 'col' is not offered with masked_m (use 'row', 'col_tma' or 'col_tma_packed')",
+    )
+    require(E <= 1024, op, ": with masked_m, at most 1024 experts are supported, got ", E)
+    require(
+        below_work_limit(E, align(Mmax, 4), H // group_size),
+        op,
+        ": x has too many scale groups; at most 2^31 - 1 (E * align(Mmax, 4) * H / group_size) are supported",
+    )
+    return None
+
+
+RMS_MAX_D = 8 * 8 * 256
+
+
+def rms_norm_quant(x, weight, norm_eps, residual, group_size, layout, pad_rows_to, eps_value):
+    """Checks of rms_norm_quant; returns M."""
+    op = "rms_norm_quant"
+    float_input(op, "x", x, True)
+    require(x.dim() >= 2, op, ": x must have at least 2 dims ([M, D] or [..., D]), got ", x.dim())
+    D = x.shape[-1]
+    require(
+        weight.dtype == x.dtype, op, ": weight must have x's dtype (", dtype_name(x.dtype), "), got ",
+        dtype_name(weight.dtype),
+    )  # fmt: skip
+    require(weight.dim() == 1 and weight.shape[0] == D, op, ": weight must be [D] = [", D, "]")
+    require(D <= 1 or weight.stride(0) == 1, op, ": weight must be contiguous")
+    same_device(op, "x", x, "weight", weight)
+    if residual is not None:
+        require(
+            residual.dtype == x.dtype, op, ": residual must have x's dtype (", dtype_name(x.dtype), "), got ",
+            dtype_name(residual.dtype),
+        )  # fmt: skip
+        require(tuple(residual.shape) == tuple(x.shape), op, ": residual must have x's shape")
+        same_device(op, "x", x, "residual", residual)
+        last_dim_contiguous(op, residual, "residual")
+    ok = math.isfinite(norm_eps) and 0.0 <= norm_eps <= FLOAT32_MAX
+    require(ok, op, ": norm_eps must be finite, >= 0 and representable in float32, got ", _cpp_double(norm_eps))
+    group_sizes(op, group_size)
+    scale_layout(op, layout)
+    require(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to)
+    eps(op, eps_value)
+    require(D % group_size == 0, op, ": x.size(-1) (D = ", D, ") must be a multiple of group_size (", group_size, ")")
+    require(D <= RMS_MAX_D, op, ": x.size(-1) (D = ", D, ") must be at most ", RMS_MAX_D)
+    last_dim_contiguous(op, x)
+    M = math.prod(x.shape[:-1])
+    flattened_row_stride(op, x)
+    if residual is not None:
+        flattened_row_stride(op, residual)
+    flat_rows(op, M, D, group_size, layout, pad_rows_to)
+    return M
+
+
+def block_quant(w, block_n, block_k, eps_value):
+    op = "block_quant"
+    float_input(op, "w", w, True)
+    require(w.dim() in (2, 3), op, ": w must be 2-D [N, K] or 3-D [E, N, K], got ", w.dim(), " dims")
+    require(
+        block_n == 128 and block_k == 128,
+        op,
+        ": block_n and block_k must be 128 (128 x 128 blocks), got ",
+        block_n,
+        " x ",
+        block_k,
+    )
+    eps(op, eps_value)
+    K = w.shape[-1]
+    require(K <= 1 or w.stride(-1) == 1, op, ": w's last dim must be contiguous (stride 1), got stride ", w.stride(-1))
+    E = w.shape[0] if w.dim() == 3 else 1
+    require(
+        E <= 65535 and ceil_div(w.shape[-2], 128) <= 65535,
+        op,
+        ": w has too many blocks: at most 65535 experts and 65535 row blocks",
+    )
 
 
 def group_major_quant(x, eps_value):

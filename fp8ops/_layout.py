@@ -47,3 +47,22 @@ def packed_scale_geometry(shape):
     if len(shape) == 2:
         return (M, P), (1, Ma)
     return (shape[0], M, P), (P * Ma, 1, Ma)
+
+
+def masked_scale_geometry(E, Mmax, S, scale_layout: str):
+    """(sizes, strides, dtype) of silu_mul_quant's masked-mode scale ([E, Mmax, S] or packed)."""
+    if scale_layout == "row":
+        return (E, Mmax, S), (Mmax * S, S, 1), torch.float32
+    Ma = align(Mmax, 4)
+    if scale_layout == "col_tma":
+        return (E, Mmax, S), (S * Ma, 1, Ma), torch.float32
+    if scale_layout == "col_tma_packed":
+        P = ceil_div(S, 4)
+        return (E, Mmax, P), (P * Ma, 1, Ma), torch.int32
+    raise ValueError(f"scale_layout must be 'row', 'col_tma' or 'col_tma_packed' in masked mode, got {scale_layout!r}")
+
+
+def block_scale_shape(shape, block_n: int = 128, block_k: int = 128):
+    """block_quant's scale shape for a weight of `shape` ([N, K] or [E, N, K])."""
+    *lead, N, K = shape
+    return (*lead, ceil_div(N, block_n), ceil_div(K, block_k))

@@ -20,6 +20,11 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_group_quant_launch.argtypes = [_I64P, _I64P]
     lib.fp8ops_indexer_config.argtypes = [_I64, _I64, _I64, _I64P]
     lib.fp8ops_indexer_grid.argtypes = [_I64, _I64, _I64, _I64, _I64P]
+    lib.fp8ops_row_shape.argtypes = [_I64, _I64P]
+    lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
+    lib.fp8ops_row_grid_blocks.restype = _I64
+    lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
+    lib.fp8ops_silu_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
     return lib
 
 
@@ -68,3 +73,34 @@ def indexer_grid(items: int, items_per_block: int, resident: int, stagger_ns: in
     out = (_I64 * 2)()
     _lib().fp8ops_indexer_grid(items, items_per_block, resident, stagger_ns, out)
     return out[0], out[1]
+
+
+def row_shape(chunks: int) -> dict:
+    """How the row kernels share a row of `chunks` 8-element chunks out (include/fp8ops/fused_quant.h)."""
+    out = (_I64 * 4)()
+    _lib().fp8ops_row_shape(chunks, out)
+    return dict(zip(("lanes", "chunks_per_lane", "rows_per_block", "compiled_chunks"), out, strict=True))
+
+
+def row_grid_blocks(rows: int, rows_per_block: int, resident_per_sm: int, sm_count: int) -> int:
+    """Blocks of the row kernels' grid (include/fp8ops/fused_quant_launch.h)."""
+    return _lib().fp8ops_row_grid_blocks(rows, rows_per_block, resident_per_sm, sm_count)
+
+
+def _map_fp32(fn, x):
+    import torch
+
+    src = x.detach().to("cpu", torch.float32).contiguous()
+    out = torch.empty_like(src)
+    fn(src.data_ptr(), out.data_ptr(), src.numel())
+    return out
+
+
+def exp_fp32(x):
+    """fp8ops' own fp32 exp (include/fp8ops/numerics.h), elementwise on a CPU float32 tensor."""
+    return _map_fp32(_lib().fp8ops_exp_fp32, x)
+
+
+def silu_fp32(x):
+    """fp8ops' fp32 SiLU, g / (1 + exp(-g)), elementwise on a CPU float32 tensor."""
+    return _map_fp32(_lib().fp8ops_silu_fp32, x)

@@ -4,7 +4,21 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["per_token_group_quant", "group_major_quant", "indexer_q_quant", "pack_ue8m0", "dequant"]
+__all__ = [
+    "per_token_group_quant",
+    "group_major_quant",
+    "indexer_q_quant",
+    "silu_mul_quant",
+    "rms_norm_quant",
+    "block_quant",
+    "pack_ue8m0",
+    "dequant",
+]
+
+_NO_GRAD = (
+    "Quantization is not differentiable: the outputs never require grad (rms_norm_quant, which "
+    "updates ``residual`` in place, raises instead when an input requires grad in grad mode)."
+)
 
 
 def per_token_group_quant(
@@ -15,7 +29,7 @@ def per_token_group_quant(
     pad_rows_to: int = 1,
     eps: float = 1e-10,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize x ``[M, K]`` (or ``[..., K]``, leading dims flattened) to e4m3 per group of
+    """Quantize x ``[M, K]`` (or ``[..., K]``, leading dims flattened; bf16, fp16 or fp32) to e4m3 per group of
     ``group_size`` consecutive elements of a row, with one fp32 scale per group.
 
     ``scale = max(amax, eps) / 448`` (a multiply by fp32 ``1/448``), ``q = e4m3(x / scale)``; NaN
@@ -29,7 +43,8 @@ def per_token_group_quant(
     - ``"col_tma_packed"``: int32 ``[Mp, ceil(S/4)]`` of UE8M0 exponent bytes, strides
       ``(1, align(Mp, 4))``; DeepGEMM SM100. Always UE8M0.
 
-    Rows ``M..Mp-1`` and all layout padding are zero. Returns ``(q [Mp, K] e4m3, scale)``.
+    Rows ``M..Mp-1`` and all layout padding are zero. Returns ``(q [Mp, K] e4m3, scale)``. Not
+    differentiable: the outputs never require grad.
     """
     return torch.ops.fp8ops.per_token_group_quant(x, group_size, scale_layout, ue8m0, pad_rows_to, eps)
 
@@ -42,7 +57,8 @@ def group_major_quant(
 
     Returns q ``[T, G, D]`` e4m3 contiguous and the scale: fp32 ``[T, G, D/128]`` with strides
     ``(1, S*Ta, Ta)``, ``Ta = align(T, 4)``, or with ``packed`` int32 UE8M0 words ``[T, G, P]``,
-    ``P = ceil(S/4)``, strides ``(1, P*Ta, Ta)`` (always UE8M0). Token padding is zero.
+    ``P = ceil(S/4)``, strides ``(1, P*Ta, Ta)`` (always UE8M0). Token padding is zero. Not
+    differentiable: the outputs never require grad.
     """
     return torch.ops.fp8ops.group_major_quant(x, ue8m0, packed, eps)
 
@@ -74,6 +90,82 @@ def indexer_q_quant(
     return torch.ops.fp8ops.indexer_q_quant(
         q, weight, weight_scale, cos_sin_cache, positions, rope_tail, rope_neox, hadamard, eps
     )
+
+
+def silu_mul_quant(
+    x: torch.Tensor,
+    group_size: int = 128,
+    scale_layout: str = "row",
+    ue8m0: bool = False,
+    pad_rows_to: int = 1,
+    eps: float = 1e-10,
+    masked_m: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``SiLU(gate) * up`` fused with the per-group quantization: the MoE / MLP down-projection
+    input in one pass over memory.
+
+    x holds gate and up side by side: ``x[..., :H]`` is the gate, ``x[..., H:]`` the up projection
+    (bf16, fp16 or fp32, last dim contiguous, ``H % group_size == 0``). In x's dtype T the
+    activation is ``T(T(silu(g)) * u)``, what the unfused ``F.silu(g) * u`` computes (silu in fp32
+    with fp8ops' own exp, so CPU and CUDA agree bit for bit), then it is quantized exactly as
+    :func:`per_token_group_quant` does.
+
+    - ``masked_m=None`` (flat): x ``[..., 2H]``; the outputs are :func:`per_token_group_quant`'s
+      for an ``[M, H]`` input, in every ``scale_layout``, with ``pad_rows_to``.
+    - ``masked_m`` int32 ``[E]`` (DeepEP's low-latency layout): x ``[E, Mmax, 2H]``; only rows
+      ``t < masked_m[e]`` of expert e are read and written (the others keep whatever the buffers
+      held). q is ``[E, Mmax, H]``; the scale is ``row`` ``[E, Mmax, S]``, ``col_tma`` strides
+      ``(S*Ma, 1, Ma)`` (``m_grouped_fp8_gemm_nt_masked``, zero-copy) or ``col_tma_packed``,
+      ``Ma = align(Mmax, 4)``. The counts are read on the device (no host sync); a count outside
+      ``[0, Mmax]`` raises on the CPU and is clamped on the GPU.
+
+    Not differentiable: the outputs never require grad.
+    """
+    return torch.ops.fp8ops.silu_mul_quant(x, group_size, scale_layout, ue8m0, pad_rows_to, eps, masked_m)
+
+
+def rms_norm_quant(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    norm_eps: float = 1e-6,
+    residual: torch.Tensor | None = None,
+    group_size: int = 128,
+    scale_layout: str = "row",
+    ue8m0: bool = False,
+    pad_rows_to: int = 1,
+    eps: float = 1e-10,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(Residual add +) RMSNorm fused with the per-group quantization, one pass over memory.
+
+    x ``[..., D]`` (bf16, fp16 or fp32, last dim contiguous, ``D % group_size == 0``,
+    ``D <= 16384``), weight ``[D]`` of x's dtype. With ``residual`` (x's shape and dtype), first
+    ``r = T(x + residual)`` is written back into ``residual`` in place, else ``r = x``. Then
+    ``y = T(r * (1 / sqrt(mean(r^2) + norm_eps)) * weight)`` in fp32 with one rounding to T (the
+    sum of squares in the order docs/SPEC.md gives), quantized exactly as
+    :func:`per_token_group_quant` does, in every ``scale_layout`` and with ``pad_rows_to``. If the
+    sum of squares overflows fp32 the row's inverse RMS is 0, so its codes are 0.
+
+    Returns ``(q [Mp, D] e4m3, scale)``. Not differentiable: raises when an input requires grad
+    and grad mode is on (it updates ``residual`` in place).
+    """
+    return torch.ops.fp8ops.rms_norm_quant(
+        x, weight, norm_eps, residual, group_size, scale_layout, ue8m0, pad_rows_to, eps
+    )
+
+
+def block_quant(
+    w: torch.Tensor, block_n: int = 128, block_k: int = 128, ue8m0: bool = False, eps: float = 1e-10
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize a weight ``[N, K]`` (or stacked experts ``[E, N, K]``; bf16, fp16 or fp32, last dim
+    contiguous, any N and K) to e4m3 per 128 x 128 block.
+
+    Returns q, e4m3 of w's shape (contiguous), and the fp32 scales ``[ceil(N/128), ceil(K/128)]``
+    (or ``[E, ...]``) contiguous: the layout DeepGEMM reads for its B operand and
+    ``torch._scaled_mm``'s 128x128 blockwise mode takes. A partial edge block takes its amax over
+    the elements it has. With ``eps=1e-4`` the result equals DeepGEMM's ``per_block_cast_to_fp8``.
+    Only 128 x 128 blocks are supported. Not differentiable: the outputs never require grad.
+    """
+    return torch.ops.fp8ops.block_quant(w, block_n, block_k, ue8m0, eps)
 
 
 def pack_ue8m0(scale: torch.Tensor) -> torch.Tensor:

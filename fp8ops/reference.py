@@ -161,3 +161,74 @@ def indexer_q_quant_fp32(
     scale = amax.clamp(min=eps) * INV_E4M3_MAX
     q8 = (torch.where(x.isnan(), torch.zeros_like(x), x) * (1.0 / scale)).clamp(-448.0, 448.0).to(E4M3)
     return q8, weight.float().unsqueeze(-1) * weight_scale * scale
+
+
+def silu_mul(x: torch.Tensor, silu=None) -> torch.Tensor:
+    """SPEC section 8's activation in x's dtype T: T(T(silu(g)) * u), silu in fp32 (torch's
+    F.silu unless another fp32 SiLU is given)."""
+    H = x.shape[-1] // 2
+    g, u = x[..., :H].float(), x[..., H:].float()
+    s = silu(g) if silu is not None else torch.nn.functional.silu(g)
+    return (s.to(x.dtype).float() * u).to(x.dtype)
+
+
+def silu_mul_quant(
+    x, group_size=128, scale_layout="row", ue8m0=False, pad_rows_to=1, eps=1e-10, masked_m=None, silu=None
+):
+    """The torch expression of silu_mul_quant. Masked: rows t >= masked_m[e] of q and of the scale
+    are left as zeros (the op leaves them untouched)."""
+    a = silu_mul(x, silu)
+    if masked_m is None:
+        return per_token_group_quant(a, group_size, scale_layout, ue8m0, pad_rows_to, eps)
+    E, Mmax, H = a.shape
+    S = H // group_size
+    packed = scale_layout == "col_tma_packed"
+    q_out = torch.zeros(E, Mmax, H, dtype=E4M3, device=x.device)
+    s_rows = torch.zeros(E, Mmax, S, dtype=torch.float32, device=x.device)
+    for e in range(E):
+        m = int(masked_m[e])
+        q, s = quant_groups(a[e, :m], group_size, ue8m0 or packed, eps)
+        q_out[e, :m] = q
+        s_rows[e, :m] = s
+    if scale_layout == "row":
+        return q_out, s_rows
+    vals = pack_exponents(s_rows) if packed else s_rows  # rows past masked_m have zero scales: words 0
+    C, Ma = vals.shape[-1], align(Mmax, 4)
+    storage = torch.zeros(E, C, Ma, dtype=vals.dtype, device=x.device)
+    storage[:, :, :Mmax] = vals.transpose(1, 2)
+    return q_out, storage[:, :, :Mmax].transpose(1, 2)
+
+
+def rms_norm(x, weight, norm_eps=1e-6, residual=None):
+    """SPEC section 9 steps 1-4 in x's dtype T: (y, r), torch summing the squares in its own order."""
+    r = (x.float() + residual.float()).to(x.dtype) if residual is not None else x
+    ms = r.float().square().sum(-1, keepdim=True) / x.shape[-1]
+    # A correctly rounded fp32 square root: in float64, then rounded (torch's fp32 CPU sqrt may
+    # be off by an ulp).
+    inv = 1.0 / torch.sqrt((ms + torch.tensor(norm_eps, dtype=torch.float32)).double()).float()
+    return ((r.float() * inv) * weight.float()).to(x.dtype), r
+
+
+def rms_norm_quant(
+    x, weight, norm_eps=1e-6, residual=None, group_size=128, scale_layout="row", ue8m0=False, pad_rows_to=1, eps=1e-10
+):
+    """The torch expression of rms_norm_quant: (q, scale, the new residual or None)."""
+    y, r = rms_norm(x, weight, norm_eps, residual)
+    q, s = per_token_group_quant(y, group_size, scale_layout, ue8m0, pad_rows_to, eps)
+    return q, s, (r if residual is not None else None)
+
+
+def block_quant(w: torch.Tensor, ue8m0: bool = False, eps: float = 1e-10):
+    """The torch expression of block_quant (128 x 128 blocks, zero-padded edges)."""
+    *lead, N, K = w.shape
+    Np, Kp = align(N, 128), align(K, 128)
+    wp = torch.zeros(*lead, Np, Kp, dtype=torch.float32, device=w.device)
+    wp[..., :N, :K] = w.float()
+    v = wp.reshape(*lead, Np // 128, 128, Kp // 128, 128)
+    a = v.abs().masked_fill(~v.isfinite(), 0).amax(dim=(-3, -1), keepdim=True)
+    s = a.clamp(min=eps) * INV_E4M3_MAX
+    if ue8m0:
+        s = ue8m0_round(s)
+    q = (torch.where(v.isnan(), torch.zeros_like(v), v) * (1.0 / s)).clamp(-448.0, 448.0).to(E4M3)
+    q = q.reshape(*lead, Np, Kp)[..., :N, :K].contiguous()
+    return q, s.reshape(*lead, Np // 128, Kp // 128)

@@ -122,8 +122,82 @@ CASES = [
 ]
 
 
+CASES += [
+    ("silu odd width", fp8ops.silu_mul_quant, lambda: [bf16(4, 200)], {}, "must be a multiple of group_size"),
+    ("silu H 192", fp8ops.silu_mul_quant, lambda: [bf16(4, 384)], {}, "H, the gate and up widths"),
+    ("silu float64", fp8ops.silu_mul_quant, lambda: [torch.ones(4, 256, dtype=torch.float64)], {}, "got float64"),
+    ("silu layout", fp8ops.silu_mul_quant, lambda: [bf16(4, 256)], {"scale_layout": "x"}, "scale_layout must"),
+    ("silu pad", fp8ops.silu_mul_quant, lambda: [bf16(4, 256)], {"pad_rows_to": 2**62}, "below 2^31"),
+    ("silu transposed", fp8ops.silu_mul_quant, lambda: [bf16(256, 4).t()], {}, "last dim must be contiguous"),
+    (
+        "silu masked 2-D",
+        fp8ops.silu_mul_quant,
+        lambda: [bf16(4, 256)],
+        {"masked_m": torch.ones(4, dtype=torch.int32)},
+        "must be 3-D",
+    ),  # fmt: skip
+    (
+        "silu masked int64",
+        fp8ops.silu_mul_quant,
+        lambda: [bf16(3, 4, 256)],
+        {"masked_m": torch.ones(3, dtype=torch.int64)},
+        "masked_m must be int32",
+    ),  # fmt: skip
+    (
+        "silu masked shape",
+        fp8ops.silu_mul_quant,
+        lambda: [bf16(3, 4, 256)],
+        {"masked_m": torch.ones(2, dtype=torch.int32)},
+        "masked_m must be [E]",
+    ),  # fmt: skip
+    (
+        "silu masked col",
+        fp8ops.silu_mul_quant,
+        lambda: [bf16(3, 4, 256)],
+        {"masked_m": torch.ones(3, dtype=torch.int32), "scale_layout": "col"},
+        "'col' is not offered",
+    ),  # fmt: skip
+    (
+        "silu masked pad",
+        fp8ops.silu_mul_quant,
+        lambda: [bf16(3, 4, 256)],
+        {"masked_m": torch.ones(3, dtype=torch.int32), "pad_rows_to": 4},
+        "pad_rows_to must be 1",
+    ),  # fmt: skip
+    ("rms D 200", fp8ops.rms_norm_quant, lambda: [bf16(4, 200), bf16(200)], {}, "multiple of group_size"),
+    ("rms D 32768", fp8ops.rms_norm_quant, lambda: [bf16(1, 32768), bf16(32768)], {}, "at most 16384"),
+    ("rms weight dtype", fp8ops.rms_norm_quant, lambda: [bf16(4, 256), torch.ones(256)], {}, "weight must have x's"),
+    ("rms weight shape", fp8ops.rms_norm_quant, lambda: [bf16(4, 256), bf16(128)], {}, "weight must be [D]"),
+    (
+        "rms residual shape",
+        fp8ops.rms_norm_quant,
+        lambda: [bf16(4, 256), bf16(256)],
+        {"residual": bf16(3, 256)},
+        "residual must have x's shape",
+    ),  # fmt: skip
+    (
+        "rms residual dtype",
+        fp8ops.rms_norm_quant,
+        lambda: [bf16(4, 256), bf16(256)],
+        {"residual": torch.ones(4, 256)},
+        "residual must have x's dtype",
+    ),  # fmt: skip
+    ("rms norm_eps", fp8ops.rms_norm_quant, lambda: [bf16(4, 256), bf16(256)], {"norm_eps": -1.0}, "norm_eps must"),
+    ("rms eps", fp8ops.rms_norm_quant, lambda: [bf16(4, 256), bf16(256)], {"eps": 0.0}, "eps must be finite"),
+    ("block 1-D", fp8ops.block_quant, lambda: [bf16(256)], {}, "2-D [N, K] or 3-D"),
+    ("block int32", fp8ops.block_quant, lambda: [torch.ones(4, 4, dtype=torch.int32)], {}, "got int32"),
+    ("block 64", fp8ops.block_quant, lambda: [bf16(128, 128)], {"block_n": 64}, "block_n and block_k must be 128"),
+    ("block transposed", fp8ops.block_quant, lambda: [bf16(256, 128).t()], {}, "last dim must be contiguous"),
+    ("block eps", fp8ops.block_quant, lambda: [bf16(128, 128)], {"eps": float("nan")}, "eps must be finite"),
+]
+
+
 def on(device, args):
     return [a.to(device) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def on_kw(device, kwargs):
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
 
 
 def message(op, args, kwargs):
@@ -139,9 +213,9 @@ def test_same_message_on_every_device(name, op, make, kwargs, text):
     assert want.startswith("fp8ops: ") and "\n" not in want, want
     assert text in want, want
     assert not re.search(r"\.(cpp|cu|h):\d+", want), want
-    assert message(op, on("meta", args), kwargs) == want
+    assert message(op, on("meta", args), on_kw("meta", kwargs)) == want
     if torch.cuda.is_available():
-        assert message(op, on("cuda", args), kwargs) == want
+        assert message(op, on("cuda", args), on_kw("cuda", kwargs)) == want
 
 
 @pytest.mark.parametrize("name, op, make, kwargs, text", CASES[::4], ids=[c[0] for c in CASES[::4]])

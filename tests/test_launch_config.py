@@ -149,3 +149,23 @@ def test_pdl_setting_round_trips():
     finally:
         fp8ops.set_pdl(True)
     assert fp8ops.pdl_enabled()
+
+
+# chunks of 8 elements per row -> (lanes W, chunks per lane, rows per 256-thread block): W is the
+# largest power of two up to 256 and the chunk count, so H = 2048 (256 chunks) takes one row per
+# block, D = 7168 (896 chunks) 3.5 chunks per lane, D = 512 (64 chunks) four rows per block.
+ROW_SHAPES = {4: (4, 1, 64), 64: (64, 1, 4), 192: (128, 2, 2), 256: (256, 1, 1), 896: (256, 4, 1), 2304: (256, 9, 1)}
+
+
+@pytest.mark.parametrize("chunks", list(ROW_SHAPES))
+def test_row_shape(chunks):
+    s = _native.row_shape(chunks)
+    assert (s["lanes"], s["chunks_per_lane"], s["rows_per_block"]) == ROW_SHAPES[chunks]
+    assert s["compiled_chunks"] >= min(s["chunks_per_lane"], 16)
+
+
+def test_row_grid_is_at_most_resident():
+    assert _native.row_grid_blocks(8192, 1, 4, 132) == 528
+    assert _native.row_grid_blocks(100, 4, 4, 132) == 25
+    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # residency unknown
+    assert _native.row_grid_blocks(0, 1, 4, 132) == 1

@@ -7,6 +7,7 @@
 
 #include "../ops.h"
 #include "../settings.h"
+#include "fp8ops/fused_quant.cuh"
 #include "fp8ops/group_quant.cuh"
 #include "fp8ops/indexer.cuh"
 #include "fp8ops/pack_dequant.cuh"
@@ -88,6 +89,51 @@ void run_indexer_cuda(const PreparedIndexer& prep) {
                               ? launch_indexer_q_quant<__nv_bfloat16>(prep.params, sms, l2, stream, pdl_enabled())
                               : launch_indexer_q_quant<__half>(prep.params, sms, l2, stream, pdl_enabled());
   FP8OPS_CUDA_CHECK(err, "indexer_q_quant kernel");
+}
+
+void run_silu_mul_quant_cuda(const PreparedSiluMulQuant& prep) {
+  const int32_t device = prep.q.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const int sms = sm_count(device);
+  cudaError_t err = cudaSuccess;
+  switch (prep.dtype) {
+    case ScalarType::BFloat16:
+      err = launch_silu_mul_quant<__nv_bfloat16>(prep.params, sms, stream, pdl_enabled());
+      break;
+    case ScalarType::Half: err = launch_silu_mul_quant<__half>(prep.params, sms, stream, pdl_enabled()); break;
+    default: err = launch_silu_mul_quant<float>(prep.params, sms, stream, pdl_enabled()); break;
+  }
+  FP8OPS_CUDA_CHECK(err, "silu_mul_quant kernel");
+}
+
+void run_rms_norm_quant_cuda(const PreparedRmsNormQuant& prep) {
+  const int32_t device = prep.q.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  const int sms = sm_count(device);
+  cudaError_t err = cudaSuccess;
+  switch (prep.dtype) {
+    case ScalarType::BFloat16:
+      err = launch_rms_norm_quant<__nv_bfloat16>(prep.params, sms, stream, pdl_enabled());
+      break;
+    case ScalarType::Half: err = launch_rms_norm_quant<__half>(prep.params, sms, stream, pdl_enabled()); break;
+    default: err = launch_rms_norm_quant<float>(prep.params, sms, stream, pdl_enabled()); break;
+  }
+  FP8OPS_CUDA_CHECK(err, "rms_norm_quant kernel");
+}
+
+void run_block_quant_cuda(const PreparedBlockQuant& prep) {
+  const int32_t device = prep.q.get_device_index();
+  torch::stable::accelerator::DeviceGuard guard(device);
+  const cudaStream_t stream = current_stream(device);
+  cudaError_t err = cudaSuccess;
+  switch (prep.dtype) {
+    case ScalarType::BFloat16: err = launch_block_quant<__nv_bfloat16>(prep.params, stream, pdl_enabled()); break;
+    case ScalarType::Half: err = launch_block_quant<__half>(prep.params, stream, pdl_enabled()); break;
+    default: err = launch_block_quant<float>(prep.params, stream, pdl_enabled()); break;
+  }
+  FP8OPS_CUDA_CHECK(err, "block_quant kernel");
 }
 
 }  // namespace fp8ops

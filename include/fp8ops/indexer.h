@@ -32,38 +32,6 @@ constexpr int kIndexerHadamardStages[7] = {1, 2, 4, 32, 64, 8, 16};
 // 128^-0.5 = 2^-3.5 rounded to fp32.
 constexpr float kInvSqrt128 = 0.08838834764831845f;
 
-FP8OPS_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-FP8OPS_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-FP8OPS_HD float sub_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-FP8OPS_HD float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
-}
-
 // Step 1: the rotated a and b of one pair.
 FP8OPS_HD float rope_first(float a, float b, float c, float s) { return fma_rn(a, c, -mul_rn(b, s)); }
 FP8OPS_HD float rope_second(float a, float b, float c, float s) { return fma_rn(a, s, mul_rn(b, c)); }

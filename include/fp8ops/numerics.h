@@ -43,6 +43,87 @@ FP8OPS_HD float bits_float(uint32_t u) {
 
 FP8OPS_HD float inv_e4m3_max() { return bits_float(kInvE4m3MaxBits); }
 
+// Single fp32 operations, each rounded once to nearest even on both sides (device intrinsics that
+// the compiler never contracts; host code is built with -ffp-contract=off).
+FP8OPS_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+FP8OPS_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+FP8OPS_HD float sub_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+
+FP8OPS_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+FP8OPS_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+FP8OPS_HD float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
+// exp(x) in fp32, the same steps on host and device (SPEC section 8): k = nearest integer to
+// x * log2(e) (by the 1.5 * 2^23 trick), r = x - k * ln2 in two fused steps (ln2 split in a
+// 15-bit head and a tail), exp(r) by its degree-7 Taylor polynomial in Horner form with fused
+// multiply-adds (truncation error under 0.1 ulp on |r| <= ln2 / 2), then times 2^(k-1) and 2.
+// Exact powers of two scale it, so the result is within about 1 ulp of exp(x) for
+// -86.6 <= x <= 88.72; below that it returns 0, above inf, and NaN for NaN. (1 + exp(x) is 1
+// exactly long before x reaches -86.6, so SiLU loses nothing to the flush.)
+FP8OPS_HD float exp_fp32(float x) {
+  if (x != x) return x;
+  if (x > 88.72283f) return bits_float(0x7F800000u);
+  if (x < -86.6f) return 0.0f;
+  constexpr float kLog2e = 1.44269502f, kShifter = 12582912.0f;  // 1.5 * 2^23
+  constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860677e-06f;
+  const float kf = sub_rn(add_rn(mul_rn(x, kLog2e), kShifter), kShifter);
+  float r = fma_rn(-kf, kLn2Hi, x);
+  r = fma_rn(-kf, kLn2Lo, r);
+  float p = 1.98412698e-04f;          // 1/7!
+  p = fma_rn(p, r, 1.38888889e-03f);  // 1/6!
+  p = fma_rn(p, r, 8.33333377e-03f);  // 1/5!
+  p = fma_rn(p, r, 4.16666679e-02f);  // 1/4!
+  p = fma_rn(p, r, 1.66666672e-01f);  // 1/3!
+  p = fma_rn(p, r, 0.5f);
+  p = fma_rn(p, r, 1.0f);
+  p = fma_rn(p, r, 1.0f);
+  const int k = static_cast<int>(kf);  // in [-125, 128]
+  return mul_rn(mul_rn(p, bits_float(static_cast<uint32_t>(k - 1 + 127) << 23)), 2.0f);
+}
+
+// SiLU in fp32: g / (1 + exp(-g)), one rounding per step.
+FP8OPS_HD float silu_fp32(float g) { return div_rn(g, add_rn(1.0f, exp_fp32(-g))); }
+
 // |v| if v is finite, else 0: NaN and +-inf never enter a group's amax.
 FP8OPS_HD float finite_abs(float v) {
 #if defined(__CUDA_ARCH__)

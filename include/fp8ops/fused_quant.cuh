@@ -1,0 +1,485 @@
+// CUDA kernels of silu_mul_quant and rms_norm_quant (a producer fused with the per-group quant,
+// one pass over memory) and of block_quant (weights per 128 x 128 block). Rows are shared out as
+// fused_quant.h's RowShape says; the arithmetic is numerics.h's, step for step, in the order the
+// CPU reference follows.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "fp8ops/fused_quant.h"
+#include "fp8ops/fused_quant_launch.h"
+#include "fp8ops/launch.cuh"
+#include "fp8ops/numerics.h"
+
+namespace fp8ops {
+
+// ---- Element conversions. Rounding to bf16 / fp16 is to nearest even, NaN to the canonical quiet
+// NaN (as torch and the CPU reference write it).
+template <typename T>
+__device__ __forceinline__ float elem_to_float(uint32_t bits) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(bits << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t float_to_elem_bits(float v) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return v != v ? 0x7FC0u : static_cast<uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v)));
+  } else {
+    return v != v ? 0x7E00u : static_cast<uint32_t>(__half_as_ushort(__float2half_rn(v)));
+  }
+}
+
+// v rounded to T (identity for fp32).
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  if constexpr (sizeof(T) == 4) {
+    return v;
+  } else {
+    return elem_to_float<T>(float_to_elem_bits<T>(v));
+  }
+}
+
+// Element i of src as a float.
+template <typename T>
+__device__ __forceinline__ float load_elem(const T* src, int64_t i) {
+  if constexpr (sizeof(T) == 4) {
+    return src[i];
+  } else {
+    return elem_to_float<T>(reinterpret_cast<const uint16_t*>(src)[i]);
+  }
+}
+
+// 8 consecutive elements of T at src as floats; zeros when !ok. kVec: 16-byte loads (src
+// 16-byte aligned), else element loads.
+template <typename T, bool kVec>
+__device__ __forceinline__ void load_chunk8(const T* __restrict__ src, bool ok, float (&v)[kChunkElems]) {
+  if (!ok) {
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) v[i] = 0.0f;
+    return;
+  }
+  if constexpr (sizeof(T) == 4) {
+    if constexpr (kVec) {
+      const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunkElems; ++i) v[i] = src[i];
+    }
+  } else {
+    uint32_t w[4];
+    if constexpr (kVec) {
+      const uint4 r = *reinterpret_cast<const uint4*>(src);
+      w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
+    } else {
+      const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = s[2 * i] | (static_cast<uint32_t>(s[2 * i + 1]) << 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = elem_to_float<T>(w[i] & 0xFFFFu);
+      v[2 * i + 1] = elem_to_float<T>(w[i] >> 16);
+    }
+  }
+}
+
+// Stores 8 floats, each rounded to T, at dst (the residual write-back of rms_norm_quant).
+template <typename T, bool kVec>
+__device__ __forceinline__ void store_chunk8(T* __restrict__ dst, const float (&v)[kChunkElems]) {
+  if constexpr (sizeof(T) == 4) {
+    if constexpr (kVec) {
+      reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
+      reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunkElems; ++i) dst[i] = v[i];
+    }
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
+    if constexpr (kVec) {
+      *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      uint16_t* d = reinterpret_cast<uint16_t*>(dst);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        d[2 * i] = static_cast<uint16_t>(w[i]), d[2 * i + 1] = static_cast<uint16_t>(w[i] >> 16);
+    }
+  }
+}
+
+// What a row slot holds.
+enum class RowKind : int { kNone, kData, kQPad, kScalePad };
+
+// The e4m3 codes of 8 values times r, little-endian in two words; NaN codes to 0.
+__device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r) {
+  const uint32_t lo = e4m3x2_bits_device(v[0] * r, v[1] * r) | (e4m3x2_bits_device(v[2] * r, v[3] * r) << 16);
+  const uint32_t hi = e4m3x2_bits_device(v[4] * r, v[5] * r) | (e4m3x2_bits_device(v[6] * r, v[7] * r) << 16);
+  return make_uint2(zero_nan_codes(lo), zero_nan_codes(hi));
+}
+
+// Quantizes chunk c (8 values a) of row (e, t) and stores its codes and, from the group's first
+// lane, its scale. Every lane of the warp calls it (the group's amax is reduced over the
+// group_lanes lanes that hold its chunks); active: the chunk exists in the row.
+__device__ __forceinline__ void quant_store_chunk(const RowQuantOut& o, const float (&a)[kChunkElems], bool active,
+                                                  RowKind kind, int64_t e, int64_t t, int64_t c, uint32_t group_lanes,
+                                                  uint32_t lane_in_group) {
+  const bool data = kind == RowKind::kData && active;
+  float amax = 0.0f;
+  if (data) {
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) amax = fmax_nonan(amax, finite_abs(a[i]));
+  }
+  for (uint32_t off = group_lanes / 2; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  if (!active || kind == RowKind::kNone) return;
+  const float scale = group_scale(amax, o.eps, o.ue8m0);
+  if (kind != RowKind::kScalePad) {
+    uint2 codes = make_uint2(0u, 0u);
+    if (data) codes = codes8(a, o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale));
+    *reinterpret_cast<uint2*>(o.q + (e * o.q_rows + t) * o.D + c * kChunkElems) = codes;
+  }
+  if (lane_in_group != 0) return;
+  const int64_t s = c * kChunkElems / o.group_size;
+  const int64_t word = row_scale_word(o, e, t, s);
+  if (!o.packed) {
+    static_cast<float*>(o.scale)[word] = data ? scale : 0.0f;
+  } else {
+    uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(o.scale) + word);
+    bytes[s & 3] = data ? static_cast<uint8_t>(ue8m0_exponent_of_power(scale)) : 0;
+    if (s == o.S - 1) {
+      for (int j = (s & 3) + 1; j < 4; ++j) bytes[j] = 0;
+    }
+  }
+}
+
+// The kind of flat row t.
+__device__ __forceinline__ RowKind flat_row_kind(int64_t t, int64_t T, int64_t T_q, int64_t T_s) {
+  return t < T ? RowKind::kData : t < T_q ? RowKind::kQPad : t < T_s ? RowKind::kScalePad : RowKind::kNone;
+}
+
+// ---- silu_mul_quant. A block's 256 threads hold 256 / W rows of W lanes; the grid strides over
+// the rows (flat: the T_s rows; masked: the valid rows of every expert, counted by a prefix sum
+// of masked_m in shared memory, so the work follows the valid rows, not E * Mmax).
+constexpr int kMaskedMaxExperts = 1024;
+
+template <typename T, bool kVec, int kMaxChunks, bool kMasked>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2) {
+  __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
+  const uint32_t W = 1u << lanes_log2;
+  const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
+  const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
+  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
+  const uint32_t lane_in_group = lane & (group_lanes - 1);
+  const int64_t chunks = p.H / kChunkElems;
+  wait_for_prior_grid();
+  allow_next_grid();
+  int64_t total = p.T_s;
+  if constexpr (kMasked) {
+    // Warp 0: each lane sums a run of clamped counts, a shuffle scan over the lanes, then the
+    // running sums written back as prefix[e + 1].
+    if (threadIdx.x < 32) {
+      const int E = static_cast<int>(p.E);
+      const int per = (E + 31) / 32, base = static_cast<int>(threadIdx.x) * per;
+      const int32_t cap = static_cast<int32_t>(p.T_q);
+      int32_t local = 0;
+      for (int i = 0; i < per; ++i) {
+        if (base + i < E) {
+          const int32_t m = p.masked_m[base + i];
+          const int32_t c = m < 0 ? 0 : (m > cap ? cap : m);
+          prefix[base + i + 1] = c;
+          local += c;
+        }
+      }
+      int32_t incl = local;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const int32_t n = __shfl_up_sync(0xFFFFFFFFu, incl, off);
+        if (static_cast<int>(threadIdx.x) >= off) incl += n;
+      }
+      int32_t run = incl - local;
+      for (int i = 0; i < per; ++i) {
+        if (base + i < E) {
+          run += prefix[base + i + 1];
+          prefix[base + i + 1] = run;
+        }
+      }
+      if (threadIdx.x == 0) prefix[0] = 0;
+    }
+    __syncthreads();
+    total = prefix[p.E];
+  }
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < total;
+       v0 += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+    const int64_t v = v0 + slot;
+    int64_t e = 0, t = v;
+    RowKind kind;
+    if constexpr (kMasked) {
+      kind = v < total ? RowKind::kData : RowKind::kNone;
+      int lo = 0, hi = static_cast<int>(p.E);  // the last expert whose rows start at or before v
+      while (hi - lo > 1) {
+        const int mid = (lo + hi) / 2;
+        if (prefix[mid] <= v) {
+          lo = mid;
+        } else {
+          hi = mid;
+        }
+      }
+      e = lo;
+      t = v - prefix[lo];
+    } else {
+      kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+    }
+    const T* gate = x + e * p.x_stride_e + t * p.x_stride_t;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const int64_t c = lane + static_cast<int64_t>(k) * W;
+      const bool active = c < chunks;
+      const bool load = active && kind == RowKind::kData;
+      float g[kChunkElems], u[kChunkElems], a[kChunkElems];
+      load_chunk8<T, kVec>(gate + c * kChunkElems, load, g);
+      load_chunk8<T, kVec>(gate + p.H + c * kChunkElems, load, u);
+#pragma unroll
+      for (int i = 0; i < kChunkElems; ++i) a[i] = round_to<T>(mul_rn(round_to<T>(silu_fp32(g[i])), u[i]));
+      quant_store_chunk(p.out, a, active, kind, e, t, c, group_lanes, lane_in_group);
+    }
+  }
+}
+
+// ---- rms_norm_quant: each row's r = T(x + residual) stays in registers between the sum of
+// squares and the quantization, so x, residual and weight are read once.
+template <typename T, bool kVec, int kMaxChunks, bool kResidual>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
+  __shared__ float warp_sums[kRowBlockThreads / 32];
+  const uint32_t W = 1u << lanes_log2;
+  const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
+  const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
+  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
+  const uint32_t lane_in_group = lane & (group_lanes - 1);
+  const int64_t D = p.out.D, chunks = D / kChunkElems;
+  const float Df = static_cast<float>(D);
+  const T* __restrict__ x = static_cast<const T*>(p.x);
+  T* __restrict__ res = static_cast<T*>(p.residual);
+  const T* __restrict__ weight = static_cast<const T*>(p.weight);
+  wait_for_prior_grid();
+  allow_next_grid();
+  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < p.T_s;
+       v0 += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+    const int64_t t = v0 + slot;
+    const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+    const bool data = kind == RowKind::kData;
+    float r[kMaxChunks][kChunkElems];
+    float acc = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const int64_t c = lane + static_cast<int64_t>(k) * W;
+      const bool load = data && c < chunks;
+      load_chunk8<T, kVec>(x + t * p.x_stride + c * kChunkElems, load, r[k]);
+      if constexpr (kResidual) {
+        float rv[kChunkElems];
+        load_chunk8<T, kVec>(res + t * p.r_stride + c * kChunkElems, load, rv);
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) r[k][i] = round_to<T>(add_rn(r[k][i], rv[i]));
+        if (load) store_chunk8<T, kVec>(res + t * p.r_stride + c * kChunkElems, r[k]);
+      }
+      if (load) {
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(r[k][i], r[k][i], acc);
+      }
+    }
+    // The pairwise sums of fused_quant.h: within 32 lanes, then over the row's warps.
+    for (uint32_t off = (W < 32 ? W : 32) / 2; off > 0; off >>= 1)
+      acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+    if (W > 32) {
+      const uint32_t warps = W / 32, first = (threadIdx.x / W) * warps;
+      if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
+      __syncthreads();
+      constexpr uint32_t kMaxWarps = kRowBlockThreads / 32;
+      float s[kMaxWarps];
+#pragma unroll
+      for (uint32_t i = 0; i < kMaxWarps; ++i) s[i] = i < warps ? warp_sums[first + i] : 0.0f;
+      // Offsets are compile-time constants (unrolled), so s stays in registers.
+#pragma unroll
+      for (uint32_t off = kMaxWarps / 2; off > 0; off >>= 1) {
+        if (off >= warps) continue;
+        float n[kMaxWarps];
+#pragma unroll
+        for (uint32_t i = 0; i < kMaxWarps; ++i) n[i] = add_rn(s[i], s[i ^ off]);
+#pragma unroll
+        for (uint32_t i = 0; i < kMaxWarps; ++i) s[i] = n[i];
+      }
+      acc = s[0];
+      __syncthreads();
+    }
+    const float inv = rms_inverse(acc, Df, p.norm_eps);
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const int64_t c = lane + static_cast<int64_t>(k) * W;
+      const bool active = c < chunks;
+      float w[kChunkElems], y[kChunkElems];
+      load_chunk8<T, kVec>(weight + c * kChunkElems, data && active, w);
+#pragma unroll
+      for (int i = 0; i < kChunkElems; ++i) y[i] = round_to<T>(mul_rn(mul_rn(r[k][i], inv), w[i]));
+      quant_store_chunk(p.out, y, active, kind, 0, t, c, group_lanes, lane_in_group);
+    }
+  }
+}
+
+// ---- block_quant: one block of 256 threads per 128 x 128 tile; thread i holds chunk i % 16 of
+// tile rows i / 16 + 16 j (j < 8), so a warp reads two full 128-element rows per load.
+template <typename T, bool kVec>
+__global__ void __launch_bounds__(kRowBlockThreads) block_quant_kernel(const BlockQuantParams p) {
+  constexpr int kRowsPerThread = kBlockQuantTile * kBlockQuantTile / kChunkElems / kRowBlockThreads;  // 8
+  __shared__ float warp_amax[kRowBlockThreads / 32];
+  const int64_t e = blockIdx.z, n0 = static_cast<int64_t>(blockIdx.y) * kBlockQuantTile;
+  const int64_t k = static_cast<int64_t>(blockIdx.x) * kBlockQuantTile + (threadIdx.x % 16) * kChunkElems;
+  const int row0 = threadIdx.x / 16;
+  const T* __restrict__ w = static_cast<const T*>(p.w) + e * p.w_stride_e;
+  const bool full_chunk = k + kChunkElems <= p.K;
+  wait_for_prior_grid();
+  allow_next_grid();
+  float v[kRowsPerThread][kChunkElems];
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int64_t n = n0 + row0 + 16 * j;
+    const T* src = w + n * p.w_stride_n + k;
+    if (n < p.N && full_chunk) {
+      load_chunk8<T, kVec>(src, true, v[j]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kChunkElems; ++i) v[j][i] = n < p.N && k + i < p.K ? load_elem(src, i) : 0.0f;
+    }
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) amax = fmax_nonan(amax, finite_abs(v[j][i]));
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
+  if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x / 32] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kRowBlockThreads / 32; ++i) amax = fmaxf(amax, warp_amax[i]);
+  const float scale = group_scale(amax, p.eps, p.ue8m0);
+  const float rcp = p.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale);
+  const bool aligned_q = p.K % kChunkElems == 0;
+#pragma unroll
+  for (int j = 0; j < kRowsPerThread; ++j) {
+    const int64_t n = n0 + row0 + 16 * j;
+    if (n >= p.N || k >= p.K) continue;
+    const uint2 c = codes8(v[j], rcp);
+    uint8_t* dst = p.q + (e * p.N + n) * p.K + k;
+    if (full_chunk && aligned_q) {
+      *reinterpret_cast<uint2*>(dst) = c;
+    } else {
+      for (int i = 0; i < kChunkElems && k + i < p.K; ++i)
+        dst[i] = static_cast<uint8_t>((i < 4 ? c.x : c.y) >> (8 * (i & 3)));
+    }
+  }
+  if (threadIdx.x == 0) p.scale[(e * p.NB + blockIdx.y) * p.KB + blockIdx.x] = scale;
+}
+
+// ---- Launchers.
+template <typename T>
+bool row_vec_ok(const void* base, int64_t stride_a, int64_t stride_b = 0) {
+  return reinterpret_cast<uintptr_t>(base) % 16 == 0 && (stride_a * int64_t(sizeof(T))) % 16 == 0 &&
+         (stride_b * int64_t(sizeof(T))) % 16 == 0;
+}
+
+#define FP8OPS_CHUNKS_CASES(LAUNCH) \
+  switch (max_chunks) {             \
+    case 1: LAUNCH(1);              \
+    case 2: LAUNCH(2);              \
+    case 4: LAUNCH(4);              \
+    case 8: LAUNCH(8);              \
+    default: LAUNCH(16);            \
+  }
+
+template <typename T, bool kVec, bool kMasked>
+cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, int sm_count,
+                                       cudaStream_t stream, bool pdl) {
+  const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
+  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+  const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
+#define FP8OPS_SILU_LAUNCH(C)                                                                                       \
+  {                                                                                                                 \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, C, kMasked>;                                             \
+    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                 \
+  }
+  FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
+#undef FP8OPS_SILU_LAUNCH
+}
+
+template <typename T>
+cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+  const bool masked = p.masked_m != nullptr;
+  if ((masked ? p.E * p.T_q : p.T_s) == 0 || p.H == 0) return cudaSuccess;
+  if (masked && p.E > kMaskedMaxExperts) return cudaErrorInvalidValue;
+  const RowShape s = row_shape(p.H / kChunkElems);
+  const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
+  if (masked) {
+    return vec ? launch_silu_mul_quant_impl<T, true, true>(p, s, sm_count, stream, pdl)
+               : launch_silu_mul_quant_impl<T, false, true>(p, s, sm_count, stream, pdl);
+  }
+  return vec ? launch_silu_mul_quant_impl<T, true, false>(p, s, sm_count, stream, pdl)
+             : launch_silu_mul_quant_impl<T, false, false>(p, s, sm_count, stream, pdl);
+}
+
+template <typename T, bool kVec, bool kResidual>
+cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowShape& s, int sm_count,
+                                       cudaStream_t stream, bool pdl) {
+  const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
+  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+#define FP8OPS_RMS_LAUNCH(C)                                                                                         \
+  {                                                                                                                  \
+    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;                              \
+    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                  \
+  }
+  FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
+#undef FP8OPS_RMS_LAUNCH
+}
+
+template <typename T>
+cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+  if (p.T_s == 0 || p.out.D == 0) return cudaSuccess;
+  const RowShape s = row_shape(p.out.D / kChunkElems);
+  if (s.chunks_per_lane > kRmsMaxChunksPerLane) return cudaErrorInvalidValue;
+  const bool vec = row_vec_ok<T>(p.x, p.x_stride) && row_vec_ok<T>(p.weight, 0) &&
+                   (p.residual == nullptr || row_vec_ok<T>(p.residual, p.r_stride));
+  if (p.residual != nullptr) {
+    return vec ? launch_rms_norm_quant_impl<T, true, true>(p, s, sm_count, stream, pdl)
+               : launch_rms_norm_quant_impl<T, false, true>(p, s, sm_count, stream, pdl);
+  }
+  return vec ? launch_rms_norm_quant_impl<T, true, false>(p, s, sm_count, stream, pdl)
+             : launch_rms_norm_quant_impl<T, false, false>(p, s, sm_count, stream, pdl);
+}
+#undef FP8OPS_CHUNKS_CASES
+
+template <typename T>
+cudaError_t launch_block_quant(const BlockQuantParams& p, cudaStream_t stream, bool pdl) {
+  if (p.E * p.N * p.K == 0) return cudaSuccess;
+  if (p.E > 65535 || p.NB > 65535 || p.KB > 0x7FFFFFFF) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<uint32_t>(p.KB), static_cast<uint32_t>(p.NB), static_cast<uint32_t>(p.E));
+  return row_vec_ok<T>(p.w, p.w_stride_n, p.w_stride_e)
+             ? launch_kernel(block_quant_kernel<T, true>, grid, dim3(kRowBlockThreads), stream, pdl, p)
+             : launch_kernel(block_quant_kernel<T, false>, grid, dim3(kRowBlockThreads), stream, pdl, p);
+}
+
+}  // namespace fp8ops

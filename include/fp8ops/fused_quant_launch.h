@@ -1,0 +1,34 @@
+// Launch shape of the row kernels (silu_mul_quant, rms_norm_quant): pure host functions, tested
+// on the CPU (tests/test_launch_config.py). The lanes per row are fused_quant.h's row_shape,
+// which also fixes rms_norm_quant's order of summation.
+#pragma once
+
+#include <cstdint>
+
+#include "fp8ops/fused_quant.h"
+
+namespace fp8ops {
+
+// rms_norm_quant keeps a row in registers: at most 8 chunks per lane, so D <= 8 * 8 * 256.
+constexpr uint32_t kRmsMaxChunksPerLane = 8;
+constexpr int64_t kRmsMaxD = int64_t(kRmsMaxChunksPerLane) * kChunkElems * kRowBlockThreads;
+
+// The chunks per lane a kernel is compiled for: the next power of two, at most 16 (more chunks
+// run in further trips of the unrolled loop's kernel of 16).
+inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
+  uint32_t c = 1;
+  while (c < chunks_per_lane && c < 16) c *= 2;
+  return c;
+}
+
+// Blocks of the grid that strides over rows: enough for every row, at most what is resident at
+// once (resident_per_sm * sm_count; 0 when unknown, then one block per row slot).
+inline uint32_t row_grid_blocks(int64_t rows, uint32_t rows_per_block, int resident_per_sm, int sm_count) {
+  const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
+  const int64_t resident = int64_t(resident_per_sm) * sm_count;
+  int64_t blocks = resident > 0 && needed > resident ? resident : needed;
+  if (blocks > 0x7FFFFFFF) blocks = 0x7FFFFFFF;
+  return static_cast<uint32_t>(blocks < 1 ? 1 : blocks);
+}
+
+}  // namespace fp8ops

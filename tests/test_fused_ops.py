@@ -1,0 +1,578 @@
+"""silu_mul_quant, rms_norm_quant and block_quant (SPEC sections 8-10): the CPU kernels against
+torch expressions of SPEC, layouts, padding, bad inputs, opcheck, torch.compile; on a GPU,
+bit-identity with the CPU kernels, rows that must stay unwritten, and CUDA graphs."""
+
+import pytest
+import torch
+from helpers import DTYPES, assert_same_bits, assert_same_quant, make_input, misaligned, strided_rows
+
+import fp8ops
+from fp8ops import _layout, _native
+from fp8ops import reference as ref
+
+LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
+MASKED_LAYOUTS = ("row", "col_tma", "col_tma_packed")
+M_SIZES = (0, 1, 3, 5, 17, 4097)
+
+
+def code_steps(a, b):
+    """|a - b| in e4m3 code steps, per element (+0 and -0 equal; other sign flips count 255)."""
+    ai, bi = a.view(torch.uint8).int(), b.view(torch.uint8).int()
+    ai, bi = torch.where(ai == 0x80, 0, ai), torch.where(bi == 0x80, 0, bi)
+    same_sign = ((ai & 0x80) == (bi & 0x80)) | (ai == 0) | (bi == 0)
+    return torch.where(same_sign, ((ai & 0x7F) - (bi & 0x7F)).abs(), torch.full_like(ai, 255))
+
+
+# ---------------------------------------------------------------------------------- SiLU numerics
+
+
+def test_exp_fp32_within_one_ulp():
+    x = torch.cat([torch.empty(1 << 20).uniform_(-86.6, 88.72), torch.randn(1 << 18) * 4, torch.tensor([0.0, -0.0])])
+    got = _native.exp_fp32(x).double()
+    want = torch.exp(x.double())
+    ulp = (want.float().view(torch.int32) + 1).view(torch.float32).double() - want.float().double()
+    assert ((got - want).abs() <= ulp).all()
+    special = torch.tensor([float("nan"), float("inf"), float("-inf"), 88.73, -86.61, -200.0])
+    out = _native.exp_fp32(special)
+    assert out[0].isnan() and out[1] == float("inf") and out[2] == 0 and out[3] == float("inf")
+    assert out[4] == 0 and out[5] == 0
+
+
+def test_silu_fp32_against_torch():
+    g = torch.cat([torch.randn(1 << 20) * 8, torch.tensor([float("inf"), float("-inf"), float("nan"), 0.0, 100.0])])
+    ours, theirs = _native.silu_fp32(g), torch.nn.functional.silu(g)
+    finite = theirs.isfinite() & (theirs.abs() > 1e-30)
+    rel = ((ours - theirs).abs() / theirs.abs())[finite]
+    assert rel.max() < 4e-7
+    assert ours[-5] == float("inf") and ours[-4].isnan() and ours[-3].isnan() and ours[-2] == 0 and ours[-1] == 100
+    # Rounded to bf16 or fp16, the two agree almost everywhere, and then within one ulp.
+    for dt in (torch.bfloat16, torch.float16):
+        a, b = ours[:-5].to(dt), theirs[:-5].to(dt)
+        diff = a != b
+        assert diff.float().mean() < 1e-4
+        assert ((a.float() - b.float()).abs()[diff] <= (b.float().abs() * 2**-7 + 1e-30)[diff]).all()
+
+
+# ------------------------------------------------------------------------------- silu_mul_quant
+
+
+def check_silu_flat(x, group_size=128, layout="row", ue8m0=False, pad_rows_to=1, eps=1e-10):
+    q, s = fp8ops.silu_mul_quant(x, group_size, layout, ue8m0, pad_rows_to, eps)
+    rq, rs = ref.silu_mul_quant(x.cpu(), group_size, layout, ue8m0, pad_rows_to, eps, silu=_native.silu_fp32)
+    assert_same_quant(q, s, rq, rs, f"{tuple(x.shape)} {x.dtype} gs={group_size} {layout} ue8m0={ue8m0}")
+    # The flat op equals per_token_group_quant on the unfused activation.
+    pq, ps = fp8ops.per_token_group_quant(ref.silu_mul(x.cpu(), _native.silu_fp32), group_size, layout, ue8m0,
+                                          pad_rows_to, eps)  # fmt: skip
+    assert_same_quant(q, s, pq, ps, "against per_token_group_quant")
+    return q, s
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_silu_mul_quant_matches_torch_expression(dtype, layout):
+    for M in M_SIZES:
+        H = 256 if M == 4097 else 768
+        x = make_input((M, 2 * H), dtype)
+        check_silu_flat(x, 128, layout, ue8m0=M % 2 == 1, pad_rows_to=4 if M % 2 else 1)
+
+
+@pytest.mark.parametrize("group_size", (32, 64, 128))
+def test_silu_mul_quant_group_sizes_and_boundary_at_h(group_size):
+    for H in (group_size, 3 * group_size, 7 * group_size):
+        x = make_input((9, 2 * H), torch.bfloat16)
+        for layout in LAYOUTS:
+            check_silu_flat(x, group_size, layout)
+
+
+def test_silu_mul_quant_non_finite_halves():
+    x = make_input((33, 1024), torch.bfloat16, nonfinite=True)
+    x[3, :512] = float("-inf")  # SiLU(-inf) is NaN: its codes are 0
+    x[4, 512:] = 0.0
+    x[4, :512] = float("inf")  # inf * 0 is NaN
+    for layout in LAYOUTS:
+        q, s = check_silu_flat(x, 128, layout)
+        assert not ((q.view(torch.uint8) & 0x7F) == 0x7F).any()
+
+
+def test_silu_mul_quant_strided_misaligned_and_leading_dims():
+    x = make_input((2, 3, 5, 512), torch.bfloat16)
+    check_silu_flat(x)
+    check_silu_flat(strided_rows(make_input((7, 512), torch.float16)), layout="col_tma")
+    check_silu_flat(misaligned(make_input((7, 512), torch.bfloat16)), layout="col_tma_packed")
+
+
+def masked_case(E, Mmax, H, dtype=torch.bfloat16, counts=None, device="cpu"):
+    x = make_input((E, Mmax, 2 * H), dtype)
+    m = counts if counts is not None else torch.randint(0, Mmax + 1, (E,))
+    return x.to(device), m.to(torch.int32).to(device)
+
+
+def check_masked_valid_rows(q, s, x, m, group_size, layout, ue8m0=False):
+    """Rows below masked_m equal the reference (and the flat op on the same rows)."""
+    rq, rs = ref.silu_mul_quant(x.cpu(), group_size, layout, ue8m0, masked_m=m.cpu(), silu=_native.silu_fp32)
+    packed = layout == "col_tma_packed"
+    for e in range(x.shape[0]):
+        n = int(m[e])
+        assert_same_bits(q[e, :n], rq[e, :n], f"q expert {e}")
+        assert_same_bits(s[e, :n], rs[e, :n], f"scale expert {e}")
+        fq, fs = fp8ops.silu_mul_quant(x[e, :n].cpu(), group_size, "row", ue8m0 or packed)
+        assert_same_bits(q[e, :n].cpu(), fq, "masked q == flat q")
+        if not packed:
+            assert torch.equal(s[e, :n].cpu(), fs)
+
+
+@pytest.mark.parametrize("layout", MASKED_LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_quant_masked(layout, dtype):
+    Mmax = 9
+    for counts in (torch.tensor([0, 1, Mmax, 4, 0, 7]), torch.zeros(3), torch.full((2,), Mmax)):
+        x, m = masked_case(len(counts), Mmax, 384, dtype, counts)
+        q, s = fp8ops.silu_mul_quant(x, 128, layout, masked_m=m)
+        sizes, strides, sdtype = _layout.masked_scale_geometry(len(counts), Mmax, 3, layout)
+        assert (tuple(s.shape), s.stride(), s.dtype) == (sizes, strides, sdtype)
+        assert q.shape == (len(counts), Mmax, 384) and q.is_contiguous()
+        check_masked_valid_rows(q, s, x, m, 128, layout)
+
+
+@pytest.mark.parametrize("bad", (-1, 10, 2**31 - 1))
+def test_silu_mul_quant_masked_count_out_of_range_raises_on_cpu(bad):
+    x, m = masked_case(3, 9, 128, counts=torch.tensor([1, bad, 2]))
+    with pytest.raises(RuntimeError, match=r"masked_m\[1\] = .* is outside \[0, Mmax\]"):
+        fp8ops.silu_mul_quant(x, masked_m=m)
+
+
+def test_silu_mul_quant_masked_geometry_matches_deep_gemm_helper_strides():
+    # get_mn_major_tma_aligned_tensor on an [8, 256, 16] fp32 tensor returns strides (4096, 1, 256).
+    assert _layout.masked_scale_geometry(8, 256, 16, "col_tma")[1] == (4096, 1, 256)
+
+
+# ------------------------------------------------------------------------------- rms_norm_quant
+
+
+def exact_sum_input(shape, dtype):
+    """Values k * 2^-3 with small integers k: every square and partial sum is exact in fp32, so
+    any summation order gives the same sum of squares."""
+    return (torch.randint(-24, 25, shape).float() / 8).to(dtype)
+
+
+def check_rms(x, w, residual=None, group_size=128, layout="row", ue8m0=False, pad_rows_to=1, norm_eps=1e-6):
+    res_in = residual.clone() if residual is not None else None
+    q, s = fp8ops.rms_norm_quant(x, w, norm_eps, residual, group_size, layout, ue8m0, pad_rows_to)
+    rq, rs, rr = ref.rms_norm_quant(x.cpu(), w.cpu(), norm_eps, None if res_in is None else res_in.cpu(), group_size,
+                                    layout, ue8m0, pad_rows_to)  # fmt: skip
+    if residual is not None:
+        assert_same_values(residual.cpu(), rr, "residual updated in place")
+    return q, s, rq, rs
+
+
+def assert_same_values(a, b, what):
+    """Bit for bit, except that any NaN equals any NaN (fp8ops writes the canonical quiet NaN)."""
+    nan = a.isnan()
+    assert torch.equal(nan, b.isnan()), what
+    assert_same_bits(a.masked_fill(nan, 0), b.masked_fill(nan, 0), what)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_rms_norm_quant_matches_torch_expression_exactly_where_sums_are_exact(dtype, layout):
+    for M, D in ((0, 512), (1, 7168), (3, 1536), (5, 512), (17, 2048), (4097, 256)):
+        x, w = exact_sum_input((M, D), dtype), exact_sum_input((D,), dtype)
+        r = exact_sum_input((M, D), dtype)
+        q, s, rq, rs = check_rms(x, w, r, 128, layout, ue8m0=M % 2 == 1, pad_rows_to=4 if M % 2 else 1)
+        assert_same_quant(q, s, rq, rs, f"M={M} D={D} {dtype} {layout}")
+        q, s, rq, rs = check_rms(x, w, None, 128, layout)
+        assert_same_quant(q, s, rq, rs, f"no residual M={M} D={D}")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rms_norm_quant_close_to_torch_on_random_inputs(dtype):
+    """The sum's order differs from torch's, so a few codes may move by one step."""
+    for D in (512, 1536, 7168):
+        x, w, r = (torch.randn(64, D).to(dtype), torch.randn(D).to(dtype), torch.randn(64, D).to(dtype))
+        r_in = r.clone()
+        q, s, rq, rs = check_rms(x, w, r)
+        steps = code_steps(q, rq)
+        assert steps.max() <= 1 and (steps > 0).float().mean() < 0.01, D
+        assert ((s - rs).abs() <= rs * 2**-20).all()
+        # Against torch's own F.rms_norm in the same dtype, then the quant.
+        y = torch.nn.functional.rms_norm((x.float() + r_in.float()).to(dtype), (D,), w, 1e-6)
+        tq, ts = fp8ops.per_token_group_quant(y)
+        steps = code_steps(q, tq)
+        assert steps.max() <= 1 and (steps > 0).float().mean() < 0.02, D
+
+
+def test_rms_norm_quant_sum_order_is_fused_quant_h():
+    """The sum of squares follows the pairwise order written in include/fp8ops/fused_quant.h: here
+    rows whose squares cancel catastrophically in that order tell it from a plain sequential sum."""
+    for D in (256, 2048, 7168):
+        sh = _native.row_shape(D // 8)
+        x = torch.randn(8, D) * torch.tensor([1e-3, 1e3]).repeat(D // 2)
+        got = fp8ops.rms_norm_quant(x, torch.ones(D), norm_eps=0.0, scale_layout="row")
+        # The expected order, written out in torch with float64 fused multiply-adds rounded to fp32.
+        v = x.view(8, D // 8, 8)
+        lanes = sh["lanes"]
+        acc = torch.zeros(8, lanes, dtype=torch.float32)
+        for c in range(D // 8):
+            for i in range(8):
+                e = v[:, c, i].double()
+                acc[:, c % lanes] = (e * e + acc[:, c % lanes].double()).float()
+        width = min(lanes, 32)
+        while width > 1:
+            width //= 2
+            idx = torch.arange(lanes) ^ width
+            acc = acc + acc[:, idx]
+        if lanes > 32:
+            w = acc[:, ::32]
+            width = lanes // 32
+            while width > 1:
+                width //= 2
+                w = w + w[:, torch.arange(lanes // 32) ^ width]
+            acc = w
+        total = acc[:, 0]
+        inv = 1.0 / torch.sqrt((total / D).double()).float()
+        y = (x * inv[:, None]) * torch.ones(D)
+        wq, ws = fp8ops.per_token_group_quant(y)
+        assert_same_quant(got[0], got[1], wq, ws, f"D={D}")
+
+
+def test_rms_norm_quant_edge_rows():
+    D = 1024
+    w = torch.randn(D).bfloat16()
+    w[::7] = 0
+    x = torch.randn(6, D).bfloat16()
+    x[0] = 0  # all zeros
+    x[1] = 3e38  # the sum of squares overflows fp32: inverse RMS 0, codes 0
+    x[2, 5] = float("nan")
+    x[3, 9] = float("inf")
+    r = torch.randn(6, D).bfloat16()
+    r[4, 3] = float("-inf")
+    q, s, rq, rs = check_rms(x, w, r)
+    assert not ((q.view(torch.uint8) & 0x7F) == 0x7F).any()
+    assert ((q[1].view(torch.uint8) & 0x7F) == 0).all() and torch.isfinite(s).all()
+    assert_same_quant(q[[0, 1]], s[[0, 1]], rq[[0, 1]], rs[[0, 1]], "zero and overflowing rows")
+
+
+@pytest.mark.parametrize("D, gs", ((32, 32), (64, 32), (16384, 128), (16384, 32)))
+def test_rms_norm_quant_smallest_and_largest_d(D, gs):
+    x, w, r = exact_sum_input((5, D), torch.bfloat16), exact_sum_input((D,), torch.bfloat16), None
+    q, s, rq, rs = check_rms(x, w, r, gs, "col_tma")
+    assert_same_quant(q, s, rq, rs, f"D={D}")
+
+
+def test_rms_norm_quant_bad_residual_leaves_it_unchanged():
+    x, w = torch.randn(4, 256).bfloat16(), torch.randn(256).bfloat16()
+    for bad, match in (
+        (torch.randn(4, 128).bfloat16(), "residual must have x's shape"),
+        (torch.randn(4, 256).half(), "residual must have x's dtype"),
+        (torch.randn(4, 256).bfloat16().to("meta"), "x and residual must be on the same device"),
+    ):
+        before = bad.clone() if bad.device.type != "meta" else None
+        with pytest.raises(RuntimeError, match=match):
+            fp8ops.rms_norm_quant(x, w, residual=bad)
+        if before is not None:
+            assert torch.equal(bad, before)
+
+
+def test_rms_norm_quant_strided_inputs():
+    x = strided_rows(exact_sum_input((9, 512), torch.bfloat16))
+    r = strided_rows(exact_sum_input((9, 512), torch.bfloat16), pad=8)
+    q, s, rq, rs = check_rms(x, exact_sum_input((512,), torch.bfloat16), r, 64, "col")
+    assert_same_quant(q, s, rq, rs, "strided")
+
+
+# ----------------------------------------------------------------------------------- block_quant
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("ue8m0", (False, True))
+def test_block_quant_matches_torch_expression(dtype, ue8m0):
+    for shape in ((1, 1), (128, 128), (300, 200), (129, 385), (3, 257, 130), (2, 128, 7), (0, 5), (4, 0, 9)):
+        w = make_input(shape, dtype)
+        for eps in (1e-10, 1e-4):
+            q, s = fp8ops.block_quant(w, ue8m0=ue8m0, eps=eps)
+            rq, rs = ref.block_quant(w, ue8m0, eps)
+            assert_same_bits(q, rq, f"q {shape}")
+            assert_same_bits(s, rs, f"scale {shape}")
+            assert q.is_contiguous() and s.is_contiguous() and s.shape == _layout.block_scale_shape(shape)
+
+
+def test_block_quant_non_finite_zero_expert_and_strided_view():
+    w = make_input((3, 256, 384), torch.bfloat16, nonfinite=True)
+    w[1] = 0  # an all-zero expert: scales eps * C, codes 0
+    q, s = fp8ops.block_quant(w)
+    rq, rs = ref.block_quant(w)
+    assert_same_bits(q, rq, "q")
+    assert_same_bits(s, rs, "scale")
+    assert ((q[1].view(torch.uint8) & 0x7F) == 0).all() and torch.isfinite(s).all()
+    big = make_input((300, 1000), torch.float32)
+    view = big[:, 100:700]
+    q, s = fp8ops.block_quant(view)
+    rq, rs = ref.block_quant(view)
+    assert_same_bits(q, rq, "strided view")
+    assert_same_bits(s, rs, "strided view scale")
+
+
+# ----------------------------------------------------------------------- op plumbing, every op
+
+
+def test_fake_geometry_equals_real():
+    cases = [
+        (fp8ops.silu_mul_quant, (make_input((5, 512), torch.bfloat16),), {"scale_layout": "col_tma", "pad_rows_to": 4}),
+        (fp8ops.silu_mul_quant, masked_case(3, 6, 256), {"scale_layout": "col_tma_packed"}),
+        (fp8ops.rms_norm_quant, (torch.randn(3, 5, 256), torch.randn(256)), {"scale_layout": "col"}),
+        (fp8ops.block_quant, (torch.randn(2, 300, 129),), {}),
+    ]
+    for op, args, kwargs in cases:
+        if op is fp8ops.silu_mul_quant and len(args) == 2:
+            args, kwargs = (args[0],), dict(kwargs, masked_m=args[1])
+        real = op(*args, **kwargs)
+        meta = op(
+            *[a.to("meta") for a in args], **{k: v.to("meta") if torch.is_tensor(v) else v for k, v in kwargs.items()}
+        )
+        for r, m in zip(real, meta, strict=True):
+            assert (r.shape, r.stride(), r.dtype) == (m.shape, m.stride(), m.dtype)
+
+
+OPCHECK_CASES = [
+    (
+        "silu flat",
+        torch.ops.fp8ops.silu_mul_quant.default,
+        lambda: (make_input((5, 512), torch.bfloat16),),
+        {"scale_layout": "col_tma", "pad_rows_to": 4},
+    ),  # fmt: skip
+    (
+        "silu masked",
+        torch.ops.fp8ops.silu_mul_quant.default,
+        lambda: (make_input((3, 6, 512), torch.bfloat16),),
+        {"scale_layout": "row", "masked_m": "full"},
+    ),  # fmt: skip
+    (
+        "rms",
+        torch.ops.fp8ops.rms_norm_quant.default,
+        lambda: (make_input((5, 512), torch.bfloat16), torch.randn(512).bfloat16()),
+        {"scale_layout": "col_tma_packed"},
+    ),  # fmt: skip
+    (
+        "rms residual",
+        torch.ops.fp8ops.rms_norm_quant.default,
+        lambda: (make_input((5, 512), torch.float16), torch.randn(512).half()),
+        {"residual": "like_x"},
+    ),  # fmt: skip
+    ("block", torch.ops.fp8ops.block_quant.default, lambda: (make_input((200, 300), torch.bfloat16),), {}),
+]
+
+
+def _materialize(args, kwargs, device):
+    args = tuple(a.to(device) for a in args)
+    kw = dict(kwargs)
+    if kw.get("masked_m") == "full":  # every row valid, so that the outputs hold no unwritten byte
+        kw["masked_m"] = torch.full((args[0].shape[0],), args[0].shape[1], dtype=torch.int32, device=device)
+    if kw.get("residual") == "like_x":
+        kw["residual"] = torch.randn(args[0].shape).to(args[0].dtype).to(device)
+    return args, kw
+
+
+@pytest.mark.parametrize("name, op, make, kwargs", OPCHECK_CASES, ids=[c[0] for c in OPCHECK_CASES])
+def test_opcheck(name, op, make, kwargs):
+    args, kw = _materialize(make(), kwargs, "cpu")
+    torch.library.opcheck(op, args, kw)
+
+
+@pytest.mark.parametrize("name, op, make, kwargs", OPCHECK_CASES, ids=[c[0] for c in OPCHECK_CASES])
+def test_torch_compile_dynamic_matches_eager(name, op, make, kwargs):
+    torch._dynamo.reset()
+    f = torch.compile(lambda *a, **k: op(*a, **k), fullgraph=True, dynamic=True)
+    for rows in (3, 9):
+        args, kw = _materialize(make(), kwargs, "cpu")
+        args = (torch.cat([args[0]] * rows, 0)[: rows * args[0].shape[0] // 2 + 1],) + args[1:]
+        if "residual" in kw:
+            kw["residual"] = torch.randn(args[0].shape).to(args[0].dtype)
+        if "masked_m" in kw:
+            kw["masked_m"] = torch.full((args[0].shape[0],), args[0].shape[1], dtype=torch.int32)
+        kw2 = {k: v.clone() if torch.is_tensor(v) else v for k, v in kw.items()}
+        a, b = f(*args, **kw), op(*args, **kw2)
+        for x, y in zip(a, b, strict=True):
+            assert_same_bits(x, y, name)
+            assert x.stride() == y.stride()
+        if "residual" in kw:
+            assert torch.equal(kw["residual"], kw2["residual"])
+
+
+def test_rms_norm_quant_raises_when_an_input_requires_grad():
+    x, w = torch.randn(4, 256), torch.randn(256)
+    with pytest.raises(RuntimeError, match="rms_norm_quant is not differentiable"):
+        fp8ops.rms_norm_quant(x.requires_grad_(), w)
+    with torch.no_grad():
+        q, s = fp8ops.rms_norm_quant(x, w)
+    assert not q.requires_grad
+    torch._dynamo.reset()
+    f = torch.compile(fp8ops.rms_norm_quant, fullgraph=True)
+    with pytest.raises(Exception, match="rms_norm_quant is not differentiable"):
+        f(torch.randn(4, 256), w.requires_grad_())
+
+
+@pytest.mark.parametrize("op", ("silu", "block"))
+def test_fused_outputs_never_require_grad(op):
+    x = torch.randn(4, 256, requires_grad=True)
+    outs = fp8ops.silu_mul_quant(x) if op == "silu" else fp8ops.block_quant(x)
+    assert not any(o.requires_grad for o in outs)
+
+
+# --------------------------------------------------------------------------------------- GPU
+
+
+def poisoned_blocks(like):
+    """Fills blocks of the storage sizes of the tensors `like` with 0xFF and frees them, so that the
+    caching allocator hands them to the next allocations of those sizes; returns their addresses."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    blocks = [torch.full((t.untyped_storage().nbytes(),), 0xFF, dtype=torch.uint8, device="cuda") for t in like]
+    ptrs = [b.data_ptr() for b in blocks]
+    del blocks
+    return ptrs
+
+
+def call_over_poison(fn, like):
+    ptrs = poisoned_blocks(like)
+    out = fn()
+    assert [o.data_ptr() for o in out] == ptrs, "the outputs did not reuse the poisoned blocks"
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
+    for M, H, gs in ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128)):
+        x = make_input((M, 2 * H), dtype, device="cuda", nonfinite=M == 17)
+        for xx in (x, strided_rows(x), misaligned(x)):
+            cq, cs = fp8ops.silu_mul_quant(xx.cpu(), gs, layout, M % 2 == 1, 4)
+            q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(xx, gs, layout, M % 2 == 1, 4), (cq, cs))  # noqa: B023
+            assert_same_quant(q, s, cq, cs, f"M={M} H={H} {dtype} {layout}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", MASKED_LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_silu_mul_quant_masked_rows_past_count_keep_poison(layout, dtype, pdl):
+    for E, Mmax, H in ((6, 9, 384), (32, 256, 2048), (1, 1, 128)):
+        counts = torch.randint(0, Mmax + 1, (E,))
+        counts[0] = 0
+        counts[-1] = Mmax
+        x, m = masked_case(E, Mmax, H, dtype, counts, device="cuda")
+        cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, layout, masked_m=m.cpu())
+        q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, 128, layout, masked_m=m), (cq, cs))  # noqa: B023
+        for e in range(E):
+            n = int(counts[e])
+            assert_same_bits(q[e, :n], cq[e, :n], f"q e={e}")
+            assert_same_bits(s[e, :n], cs[e, :n], f"scale e={e}")
+            assert (q[e, n:].view(torch.uint8) == 0xFF).all(), "a row past masked_m was written"
+            assert (s[e, n:].contiguous().view(torch.uint8) == 0xFF).all(), "a scale past masked_m was written"
+
+
+@pytest.mark.gpu
+def test_cuda_silu_mul_quant_masked_clamps_out_of_range_counts():
+    x, _ = masked_case(4, 8, 256, device="cuda")
+    m = torch.tensor([-5, 3, 100, 2**31 - 1], dtype=torch.int32, device="cuda")
+    q, s = fp8ops.silu_mul_quant(x, 128, "row", masked_m=m)
+    cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, "row", masked_m=torch.tensor([0, 3, 8, 8], dtype=torch.int32))
+    for e, n in enumerate((0, 3, 8, 8)):
+        assert_same_bits(q[e, :n], cq[e, :n], f"q e={e}")
+        assert_same_bits(s[e, :n], cs[e, :n], f"s e={e}")
+
+
+@pytest.mark.gpu
+def test_cuda_silu_close_to_torch_unfused_route():
+    """Against torch's CUDA F.silu(g) * u in the same dtype: a tiny fraction of codes one step apart."""
+    x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) * 3
+    q, s = fp8ops.silu_mul_quant(x)
+    a = torch.nn.functional.silu(x[:, :2048]) * x[:, 2048:]
+    tq, ts = fp8ops.per_token_group_quant(a)
+    steps = code_steps(q, tq)
+    assert steps.max() <= 1 and (steps > 0).float().mean() < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
+    for M, D, gs in ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128)):
+        x = make_input((M, D), dtype, device="cuda", nonfinite=M == 17)
+        w = make_input((D,), dtype, device="cuda")
+        for with_res in (False, True):
+            r = make_input((M, D), dtype, device="cuda") if with_res else None
+            r_cpu = r.cpu() if with_res else None
+            cq, cs = fp8ops.rms_norm_quant(x.cpu(), w.cpu(), 1e-6, r_cpu, gs, layout, M % 2 == 1, 4)
+            q, s = call_over_poison(
+                lambda: fp8ops.rms_norm_quant(x, w, 1e-6, r, gs, layout, M % 2 == 1, 4),  # noqa: B023
+                (cq, cs),
+            )
+            assert_same_quant(q, s, cq, cs, f"M={M} D={D} {dtype} {layout} residual={with_res}")
+            if with_res:
+                assert_same_values(r.cpu(), r_cpu, "residual")
+
+
+@pytest.mark.gpu
+def test_cuda_rms_norm_quant_close_to_torch_route():
+    x, r = torch.randn(2048, 7168, device="cuda").bfloat16(), torch.randn(2048, 7168, device="cuda").bfloat16()
+    w = torch.randn(7168, device="cuda").bfloat16()
+    r2 = r.clone()
+    q, s = fp8ops.rms_norm_quant(x, w, 1e-6, r)
+    r2 += x
+    tq, ts = fp8ops.per_token_group_quant(torch.nn.functional.rms_norm(r2, (7168,), w, 1e-6))
+    assert torch.equal(r, r2)
+    steps = code_steps(q, tq)
+    assert steps.max() <= 1 and (steps > 0).float().mean() < 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_block_quant_bit_identical_to_cpu(dtype, pdl):
+    for shape in ((1, 1), (300, 200), (129, 385), (3, 257, 130), (2, 1024, 2048), (0, 7)):
+        w = make_input(shape, dtype, device="cuda", nonfinite=len(shape) == 3)
+        for ww in (w, misaligned(w)) if w.numel() else (w,):
+            for ue8m0 in (False, True):
+                q, s = fp8ops.block_quant(ww, ue8m0=ue8m0)
+                cq, cs = fp8ops.block_quant(ww.cpu(), ue8m0=ue8m0)
+                assert_same_bits(q, cq, f"q {shape}")
+                assert_same_bits(s, cs, f"s {shape}")
+
+
+@pytest.mark.gpu
+def test_cuda_graph_replay_with_new_data(pdl):
+    x = make_input((64, 1024), torch.bfloat16, device="cuda")
+    w = make_input((512,), torch.bfloat16, device="cuda")
+    xr = make_input((64, 512), torch.bfloat16, device="cuda")
+    res = make_input((64, 512), torch.bfloat16, device="cuda")
+    wb = make_input((256, 384), torch.bfloat16, device="cuda")
+    xm, m = masked_case(4, 16, 256, device="cuda")
+    calls = lambda: (  # noqa: E731
+        fp8ops.silu_mul_quant(x, 128, "col_tma"),
+        fp8ops.silu_mul_quant(xm, 128, "col_tma", masked_m=m),
+        fp8ops.rms_norm_quant(xr, w, 1e-6, res, 128, "col_tma_packed"),
+        fp8ops.block_quant(wb),
+    )
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        calls()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = calls()
+    for _ in range(2):
+        for t in (x, xr, res, wb, xm):
+            t.copy_(make_input(tuple(t.shape), torch.bfloat16, device="cuda"))
+        m.copy_(torch.randint(0, 17, (4,), dtype=torch.int32))
+        res_before = res.cpu()
+        g.replay()
+        torch.cuda.synchronize()
+        assert_same_quant(*outs[0], *fp8ops.silu_mul_quant(x.cpu(), 128, "col_tma"), "silu")
+        cq, cs = fp8ops.silu_mul_quant(xm.cpu(), 128, "col_tma", masked_m=m.cpu())
+        for e in range(4):
+            n = int(m[e])
+            assert_same_bits(outs[1][0][e, :n], cq[e, :n], "masked")
+        cq, cs = fp8ops.rms_norm_quant(xr.cpu(), w.cpu(), 1e-6, res_before, 128, "col_tma_packed")
+        assert_same_quant(*outs[2], cq, cs, "rms")
+        assert torch.equal(res.cpu(), res_before)
+        assert_same_quant(*outs[3], *fp8ops.block_quant(wb.cpu()), "block")
