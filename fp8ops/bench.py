@@ -1,13 +1,13 @@
-"""fp8ops benchmark and self-check: ``python -m fp8ops.bench``.
+"""fp8ops benchmark and self-check: python -m fp8ops.bench
 
-On a GPU: measures the copy bandwidth and a launch floor, self-checks the CUDA kernels against the
-CPU kernels, then times (CUDA-graph replay, 20 back-to-back calls per graph, median over replays,
-inputs rotated past L2) fp8ops against the torch.compile'd torch reference producing the same
-layout and, when deep_gemm is installed, against the two-kernel route (row-major quantization plus
-DeepGEMM's own layout transform), and quantization + DeepGEMM GEMM end to end.
+On a GPU: measures the copy rate and the launch floor, self-checks every CUDA kernel against the
+CPU kernel bit for bit, then times each op (CUDA-graph replay of 20 back-to-back calls, median
+over replays, inputs rotated past L2) beside its baselines in the same run: the leanest torch
+expression compiled per shape, the unfused route a fused op replaces, and, with deep_gemm
+installed, DeepGEMM's layout transform and the GEMM end to end.
 
-Without a GPU: self-checks the CPU kernel against the torch expression of SPEC section 5 and
-times the CPU kernels on a small grid (wall clock), clearly labelled as such.
+Without a GPU: self-checks the CPU kernels against the torch expressions of the SPEC and times
+them on a small grid (wall clock, labelled as CPU figures).
 """
 
 from __future__ import annotations
@@ -16,182 +16,104 @@ import argparse
 import functools
 import json
 import math
-import statistics
+import os
 import sys
 import time
 
 import torch
 
 import fp8ops
+from fp8ops import baselines as lean
 from fp8ops import reference as ref
+from fp8ops.timing import (
+    CALLS_PER_GRAPH,
+    copy_bandwidth_tbps,
+    graph_time_us,
+    launch_floor_us,
+    n_sets_for,
+    pct_of_copy,
+    wall_median_us,
+)
 
 LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
-GPU_M = (1, 4, 16, 64, 128, 512, 2048, 8192, 32768)
-GPU_K = (2048, 7168, 16384)
-CPU_M = (1, 4, 16, 64, 128, 512)
-CPU_K = 2048
-CALLS_PER_GRAPH = 20
+GPU_SECTIONS = ("per_token", "e2e", "group_major", "indexer", "silu", "rms", "block")
+CPU_SECTIONS = ("per_token", "silu", "rms", "block")
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-class Sections:
-    """Runs the benchmark's sections, logging when each starts and keeping its wall time (the JSON
-    field section_seconds), so that a slow run shows where the time went."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, key: str, title: str, run):
-        t0 = time.perf_counter()
-        log(f"{title} [{t0 - self.start:.0f} s into the sections]")
-        out = run()
-        self.seconds[key] = round(time.perf_counter() - t0, 1)
-        return out
-
-    def done(self) -> dict[str, float]:
-        log(f"sections done in {time.perf_counter() - self.start:.0f} s: {self.seconds}")
-        return self.seconds
+def compiled(fn):
+    """fn compiled the way a careful user would: whole graph, static shapes (one graph per shape)."""
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 256)
+    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 256)
+    return torch.compile(fn, fullgraph=True, dynamic=False)
 
 
-# ------------------------------------------------------------------------------------- timing
-
-
-def graph_time_us(fn, arg_sets, replays: int = 30) -> float:
-    """Per-call time of CALLS_PER_GRAPH back-to-back calls fn(*arg_sets[i % len(arg_sets)]) captured
-    in one CUDA graph: the replay median divided by the call count."""
-    calls = [arg_sets[i % len(arg_sets)] for i in range(CALLS_PER_GRAPH)]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            for args in calls:
-                fn(*args)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for args in calls:
-            fn(*args)
-    for _ in range(3):
-        graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    del graph
-    return statistics.median(times) * 1e3 / CALLS_PER_GRAPH
-
-
-def copy_bandwidth_tbps(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy rate, counting bytes read plus bytes written."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
-    dst = torch.empty_like(src)
-    for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(10):
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return 2 * nbytes / (statistics.median(times) * 1e-3) / 1e12
-
-
-def launch_floor_us() -> float:
-    buf = torch.zeros(1, device="cuda")
-    return graph_time_us(torch.Tensor.zero_, [(buf,)])
-
-
-def n_sets_for(bytes_per_call: int) -> int:
-    """Input sets to rotate through so that the graph's footprint is at least twice the L2."""
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    return max(1, min(CALLS_PER_GRAPH, math.ceil(2 * l2 / max(1, bytes_per_call))))
-
-
-def tbps(nbytes: int, us: float) -> float:
-    """nbytes moved in us microseconds, in TB/s."""
-    return nbytes / (us * 1e-6) / 1e12
-
-
-def pct_of_copy(nbytes: int, us: float, copy_tbps: float) -> float:
-    """nbytes moved in us microseconds, as a percentage of the copy rate copy_tbps (TB/s)."""
-    return 100.0 * tbps(nbytes, us) / copy_tbps
-
-
-def per_token_inputs(M: int, K: int, bytes_per_call: int):
-    """Argument sets of bf16 [M, K] activations, as many as rotate a graph of calls moving
-    bytes_per_call each past L2."""
-    return [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(bytes_per_call))]
-
-
-def quant_bytes(M: int, K: int, x_elem: int, scale: torch.Tensor) -> int:
-    """Fewest bytes moved: x read once, q and the whole scale storage written once."""
-    return M * K * x_elem + M * K + scale.untyped_storage().nbytes()
+def storage_bytes(*tensors) -> int:
+    return sum(t.untyped_storage().nbytes() for t in tensors)
 
 
 # ------------------------------------------------------------------------------------- checks
 
 
-def self_check_cpu(Ms, K) -> int:
-    """The CPU kernel equals the torch expression of SPEC section 5, bit for bit."""
+def self_check_cpu() -> int:
+    """The CPU kernels equal the torch expressions of SPEC, bit for bit."""
     n = 0
-    for M in Ms:
-        x = torch.randn(M, K, dtype=torch.bfloat16) * torch.exp(torch.randn(M, 1) * 3)
+    for M in (1, 5, 17, 130):
+        x = torch.randn(M, 2048, dtype=torch.bfloat16) * torch.exp(torch.randn(M, 1) * 3)
         for layout in LAYOUTS:
             for ue8m0 in (False, True):
-                q, s = fp8ops.per_token_group_quant(x, 128, layout, ue8m0)
-                rq, rs = ref.per_token_group_quant(x, 128, layout, ue8m0)
-                if not (torch.equal(q.view(torch.uint8), rq.view(torch.uint8)) and torch.equal(s, rs)):
-                    raise SystemExit(
-                        f"SELF-CHECK FAILED: CPU kernel != torch expression (M={M}, {layout}, ue8m0={ue8m0})"
-                    )
+                got = fp8ops.per_token_group_quant(x, 128, layout, ue8m0)
+                want = ref.per_token_group_quant(x, 128, layout, ue8m0)
+                _require_same(got, want, f"per_token_group_quant M={M} {layout} ue8m0={ue8m0}")
                 n += 1
+        _require_same(fp8ops.block_quant(x), ref.block_quant(x), f"block_quant M={M}")
+        n += 1
     return n
 
 
-def self_check_cuda(Ms, Ks) -> int:
-    """The CUDA kernel equals the CPU kernel, bit for bit, padding included."""
+def _require_same(got, want, what):
+    for a, b in zip(got, want, strict=True):
+        same = a.shape == b.shape and a.stride() == b.stride()
+        same = same and torch.equal(a.cpu().contiguous().view(torch.uint8), b.cpu().contiguous().view(torch.uint8))
+        if not same:
+            raise SystemExit(f"SELF-CHECK FAILED: {what}")
+
+
+def self_check_cuda() -> int:
+    """Every CUDA kernel equals its CPU kernel, bit for bit, padding included."""
     n = 0
-    for M in Ms:
-        for K in Ks:
-            x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda") * torch.exp(torch.randn(M, 1, device="cuda") * 3)
-            for layout in LAYOUTS:
-                q, s = fp8ops.per_token_group_quant(x, 128, layout, pad_rows_to=4)
-                cq, cs = fp8ops.per_token_group_quant(x.cpu(), 128, layout, pad_rows_to=4)
-                same = torch.equal(q.view(torch.uint8).cpu(), cq.view(torch.uint8))
-                same = same and torch.equal(s.cpu(), cs) and s.stride() == cs.stride()
-                if not same:
-                    raise SystemExit(f"SELF-CHECK FAILED: CUDA kernel != CPU kernel (M={M}, K={K}, {layout})")
+    for M in (1, 5, 17, 130, 1031):
+        x = torch.randn(M, 7168, dtype=torch.bfloat16, device="cuda") * torch.exp(torch.randn(M, 1, device="cuda") * 3)
+        w = torch.randn(7168, dtype=torch.bfloat16, device="cuda")
+        for layout in LAYOUTS:
+            cases = [
+                (fp8ops.per_token_group_quant, (x, 128, layout, False, 4)),
+                (fp8ops.silu_mul_quant, (x, 128, layout, False, 4)),
+                (fp8ops.rms_norm_quant, (x, w, 1e-6, None, 128, layout, False, 4)),
+            ]
+            for op, args in cases:
+                cpu_args = [a.cpu() if torch.is_tensor(a) else a for a in args]
+                _require_same(op(*args), op(*cpu_args), f"{op.__name__} M={M} {layout}")
                 n += 1
-    return n
+        _require_same(fp8ops.block_quant(x), fp8ops.block_quant(x.cpu()), f"block_quant M={M}")
+        n += 1
+    xm = torch.randn(8, 64, 4096, dtype=torch.bfloat16, device="cuda")
+    m = torch.randint(0, 65, (8,), dtype=torch.int32, device="cuda")
+    got = fp8ops.silu_mul_quant(xm, 128, "col_tma", masked_m=m)
+    want = fp8ops.silu_mul_quant(xm.cpu(), 128, "col_tma", masked_m=m.cpu())
+    for e in range(8):
+        k = int(m[e])
+        _require_same((got[0][e, :k], got[1][e, :k]), (want[0][e, :k], want[1][e, :k]), f"masked silu e={e}")
+    return n + 1
 
 
-# --------------------------------------------------------------------------------- GPU tables
+# ----------------------------------------------------------------------------------- sections
 
 
-def compiled_reference(layout: str, ue8m0: bool = False):
-    # Each layout is its own graph, and dynamic M adds a few (0/1 specialization): allow them.
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-
-    def f(x):
-        return ref.per_token_group_quant(x, 128, layout, ue8m0 or layout == "col_tma_packed")
-
-    return torch.compile(f, fullgraph=True, dynamic=True)
-
-
-def _quant(x, layout, ue8m0=False):
+def _per_token(x, layout, ue8m0=False):
     return fp8ops.per_token_group_quant(x, 128, layout, ue8m0)
 
 
@@ -200,51 +122,28 @@ def _scales_then(transform, quant, x):
     return transform(quant(x)[1])
 
 
-def _quant_gemm(dg, layout, w, ws, x, out):
-    q, s = fp8ops.per_token_group_quant(x, 128, layout)
-    dg.fp8_gemm_nt((q, s), (w, ws), out)
-
-
-def _quant_gemm_placed(dg, layout, w, ws, x, out, pad_bytes):
-    """_quant_gemm with a pad_bytes allocation made first and alive through it, so that the caching
-    allocator puts q and its scales (and the transform's output) pad_bytes further on."""
-    pad = torch.empty(pad_bytes, dtype=torch.uint8, device=x.device)
-    _quant_gemm(dg, layout, w, ws, x, out)
-    del pad
-
-
-def _quant_einsum(dg, contiguous_scales, w, ws, x, out):
-    q, s = fp8ops.group_major_quant(x)
-    dg.fp8_einsum("bhr,hdr->bhd", (q, s.contiguous() if contiguous_scales else s), (w, ws), out)
-
-
-def bench_per_token(Ms, Ks, copy_tbps, dg):
+def bench_per_token(ctx, Ms, Ks):
+    dg, copy = ctx["dg"], ctx["copy_TBps"]
+    compiled_lean = {layout: compiled(functools.partial(lean.quant, layout=layout)) for layout in LAYOUTS}
     rows = []
-    compiled = {layout: compiled_reference(layout) for layout in LAYOUTS}
-    compiled_row_ue8m0 = compiled_reference("row", ue8m0=True)
     for K in Ks:
         for M in Ms:
-            probe = torch.empty(M, K, dtype=torch.bfloat16, device="cuda")
-            _, s_probe = fp8ops.per_token_group_quant(probe, 128, "col_tma")
-            xs = per_token_inputs(M, K, quant_bytes(M, K, 2, s_probe))
-            # fp8ops' four layouts back to back first, then the references, so that the layouts
-            # are compared under the same conditions (timed in between the references' graphs,
-            # the row layout measured about 0.2 us faster than the others at M=512 K=2048 in runs
-            # 14-17, which fp8ops' layouts timed back to back did not show; docs/PERF.md).
+            probe = fp8ops.per_token_group_quant(torch.empty(M, K, dtype=torch.bfloat16, device="cuda"), 128, "col_tma")
+            xs = [(torch.randn(M, K, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(3 * M * K))]
+            # fp8ops' four layouts back to back first, then the baselines, so that the layouts are
+            # compared under the same conditions.
             shape_rows = []
             for layout in LAYOUTS:
-                _, s = fp8ops.per_token_group_quant(xs[0][0], 128, layout)
-                row = {"M": M, "K": K, "layout": layout, "bytes": quant_bytes(M, K, 2, s)}
-                row["fp8ops_us"] = graph_time_us(functools.partial(_quant, layout=layout), xs)
+                out = fp8ops.per_token_group_quant(xs[0][0], 128, layout)
+                row = {"M": M, "K": K, "layout": layout, "bytes": M * K * 2 + storage_bytes(*out)}
+                row["fp8ops_us"] = graph_time_us(functools.partial(_per_token, layout=layout), xs)
                 if layout == "col_tma" and K == 7168:
-                    # The rows of published per-token figures (SGLang's, col_tma at K=7168), also
-                    # timed with one x in all calls of the graph: where x fits in the L2, that
-                    # protocol measures a partly cached read, and rotated inputs (above) do not.
-                    row["fp8ops_same_input_us"] = graph_time_us(functools.partial(_quant, layout=layout), xs[:1])
+                    # Published per-token figures time one x in every call: partly cached reads.
+                    row["fp8ops_same_input_us"] = graph_time_us(functools.partial(_per_token, layout=layout), xs[:1])
                 shape_rows.append(row)
             for row in shape_rows:
                 layout = row["layout"]
-                row["compiled_ref_us"] = graph_time_us(compiled[layout], xs)
+                row["compiled_lean_us"] = graph_time_us(compiled_lean[layout], xs)
                 if dg is not None and layout in ("col_tma", "col_tma_packed"):
                     packed = layout == "col_tma_packed"
                     transform = (
@@ -252,37 +151,31 @@ def bench_per_token(Ms, Ks, copy_tbps, dg):
                         if packed
                         else dg.get_mn_major_tma_aligned_tensor
                     )
-                    s_rows = [(_quant(x, "row", packed)[1],) for (x,) in xs]
-                    row["dg_transform_us"] = graph_time_us(transform, s_rows)
-                    ours_row = functools.partial(_quant, layout="row", ue8m0=packed)
-                    row["fp8ops_row_plus_dg_transform_us"] = graph_time_us(
+                    ours_row = functools.partial(_per_token, layout="row", ue8m0=packed)
+                    row["row_then_dg_transform_us"] = graph_time_us(
                         functools.partial(_scales_then, transform, ours_row), xs
                     )
-                    cr = compiled_row_ue8m0 if packed else compiled["row"]
-                    row["compiled_ref_row_plus_dg_transform_us"] = graph_time_us(
-                        functools.partial(_scales_then, transform, cr), xs
-                    )
-                row["fp8ops_TBps"] = tbps(row["bytes"], row["fp8ops_us"])
-                row["pct_of_copy"] = pct_of_copy(row["bytes"], row["fp8ops_us"], copy_tbps)
-                row["speedup_vs_compiled_ref"] = row["compiled_ref_us"] / row["fp8ops_us"]
+                row["pct_of_copy"] = pct_of_copy(row["bytes"], row["fp8ops_us"], copy)
+                row["speedup_vs_compiled"] = row["compiled_lean_us"] / row["fp8ops_us"]
                 rows.append(row)
-                same = row.get("fp8ops_same_input_us")
                 log(
                     f"  M={M:6d} K={K:6d} {layout:15s} fp8ops {row['fp8ops_us']:9.2f} us "
-                    f"({row['pct_of_copy']:5.1f}% of copy)  compiled ref {row['compiled_ref_us']:9.2f} us"
-                    + (f"  (one x in all calls: {same:.2f} us)" if same is not None else "")
+                    f"({row['pct_of_copy']:5.1f}% of copy)  compiled {row['compiled_lean_us']:9.2f} us"
                 )
+            del probe
     return rows
 
 
-def bench_end_to_end(dg, Ms=(1, 2, 4, 8, 16, 32, 64, 128), N=4096, K=7168):
-    """quant + DeepGEMM fp8_gemm_nt: scales written in DeepGEMM's layout versus row-major scales
-    that DeepGEMM transforms inside the call. Each route is timed twice: as it comes (every call of
-    the graph reuses the same memory, so one placement of q and its scales), and with the 20 calls
-    of the graph at 20 placements (a 0, 512, ..., 9728-byte allocation ahead of each call), since
-    DeepGEMM's small-M GEMM time depends on where its operands sit (docs/PERF.md)."""
-    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
-    ws = torch.rand(N // 128, K // 128, device="cuda") + 0.5
+def _quant_gemm(dg, layout, w, ws, x, out):
+    q, s = fp8ops.per_token_group_quant(x, 128, layout)
+    dg.fp8_gemm_nt((q, s), (w, ws), out)
+
+
+def bench_end_to_end(ctx, Ms=(1, 4, 16, 64, 128), N=4096, K=7168):
+    """per-token quant + DeepGEMM fp8_gemm_nt: col_tma scales against row-major scales that
+    DeepGEMM transforms inside the call."""
+    dg = ctx["dg"]
+    w, ws = fp8ops.block_quant(torch.randn(N, K, device="cuda", dtype=torch.bfloat16))
     rows = []
     for M in Ms:
         sets = [
@@ -292,168 +185,189 @@ def bench_end_to_end(dg, Ms=(1, 2, 4, 8, 16, 32, 64, 128), N=4096, K=7168):
             )
             for _ in range(4)
         ]
-        placed = [(*sets[i % len(sets)], 512 * i) for i in range(CALLS_PER_GRAPH)]
-        s_rows = [(_quant(x, "row")[1],) for x, _ in sets]
         row = {"M": M, "N": N, "K": K}
-        for route, layout in (("col_tma_route", "col_tma"), ("row_major_route", "row")):
+        for route, layout in (("col_tma_route", "col_tma"), ("row_route", "row")):
             row[f"{route}_us"] = graph_time_us(functools.partial(_quant_gemm, dg, layout, w, ws), sets)
-            row[f"{route}_placed_us"] = graph_time_us(functools.partial(_quant_gemm_placed, dg, layout, w, ws), placed)
-        row["transform_alone_us"] = graph_time_us(dg.get_mn_major_tma_aligned_tensor, s_rows)
-        for tag in ("", "_placed"):
-            row[f"saved{tag}_us"] = row[f"row_major_route{tag}_us"] - row[f"col_tma_route{tag}_us"]
-            row[f"saved{tag}_over_transform"] = row[f"saved{tag}_us"] / row["transform_alone_us"]
+        row["saved_us"] = row["row_route_us"] - row["col_tma_route_us"]
         rows.append(row)
-        log(
-            f"  e2e M={M:4d}: col_tma route {row['col_tma_route_us']:7.2f} us "
-            f"({row['col_tma_route_placed_us']:7.2f} over placements), row-major route "
-            f"{row['row_major_route_us']:7.2f} us ({row['row_major_route_placed_us']:7.2f}), "
-            f"transform alone {row['transform_alone_us']:6.2f} us"
-        )
+        log(f"  e2e M={M:4d}: col_tma route {row['col_tma_route_us']:7.2f} us, row route {row['row_route_us']:7.2f} us")
     return rows
 
 
-def bench_einsum(dg, Ts=(1, 8, 37, 64, 512), G=8, D=1024, N=512):
-    """group_major_quant + DeepGEMM fp8_einsum("bhr,hdr->bhd"): native group-major scales versus
-    the same scales made contiguous (the layout DeepGEMM must transform)."""
-    w = torch.randn(G, N, D, device="cuda", dtype=torch.bfloat16).to(torch.float8_e4m3fn)
-    ws = torch.rand(G, N // 128, D // 128, device="cuda") + 0.5
+def bench_group_major(ctx, Ts, Gs=(8, 16), Ds=(512, 4096)):
+    dg, copy = ctx["dg"], ctx["copy_TBps"]
     rows = []
-    for T in Ts:
-        sets = [
-            (
-                torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],
-                torch.empty(T, G, N, dtype=torch.bfloat16, device="cuda"),
-            )
-            for _ in range(4)
+    compiled_lean = {p: compiled(functools.partial(lean.group_major_quant, packed=p)) for p in (False, True)}
+    for T, G, D, packed in ((T, G, D, p) for T in Ts for G in Gs for D in Ds for p in (False, True)):
+        xs = [
+            (torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],)
+            for _ in range(n_sets_for(T * G * D * 3))
         ]
-        row = {
-            "T": T,
-            "G": G,
-            "D": D,
-            "N": N,
-            "native_route_us": graph_time_us(functools.partial(_quant_einsum, dg, False, w, ws), sets),
-            "contiguous_scales_route_us": graph_time_us(functools.partial(_quant_einsum, dg, True, w, ws), sets),
-            "quant_alone_us": graph_time_us(fp8ops.group_major_quant, [(x,) for x, _ in sets]),
-        }
+        out = fp8ops.group_major_quant(xs[0][0], packed=packed)
+        row = {"T": T, "G": G, "D": D, "packed": packed, "bytes": T * G * D * 2 + storage_bytes(*out)}
+        row["fp8ops_us"] = graph_time_us(functools.partial(fp8ops.group_major_quant, packed=packed), xs)
+        row["compiled_lean_us"] = graph_time_us(compiled_lean[packed], xs)
+        row["pct_of_copy"] = pct_of_copy(row["bytes"], row["fp8ops_us"], copy)
         rows.append(row)
         log(
-            f"  einsum T={T:4d}: native {row['native_route_us']:7.2f} us, contiguous scales "
-            f"{row['contiguous_scales_route_us']:7.2f} us, quant alone {row['quant_alone_us']:6.2f} us"
+            f"  group-major T={T:5d} G={G:3d} D={D:5d} packed={packed!s:5s} fp8ops {row['fp8ops_us']:8.2f} us "
+            f"({row['pct_of_copy']:5.1f}% of copy), compiled {row['compiled_lean_us']:8.2f} us"
         )
-    return rows
-
-
-def _group_major(x, packed):
-    return fp8ops.group_major_quant(x, packed=packed)
-
-
-def batched_scales_reference(ue8m0: bool):
-    """torch.compile'd torch expression of a per-group quantizer of [T, G, D] whose fp32 scales
-    (UE8M0 values with ue8m0) come out as [G, T, S] contiguous, the input on which DeepGEMM's
-    layout helpers run their transpose (and pack) kernel. Its own function per setting, so that
-    each has its own compile cache."""
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
-
-    def f(x):
-        q, s = ref.quant_groups(x, 128, ue8m0, 1e-10)
-        return q.contiguous(), s.permute(1, 0, 2).contiguous()
-
-    return torch.compile(f, fullgraph=True, dynamic=True)
-
-
-def group_major_inputs(T: int, G: int, D: int):
-    """Argument sets of bf16 strided [T, G, D] views (column slices of a wider activation), rotated
-    past L2."""
-    return [
-        (torch.randn(T, G, D + 128, dtype=torch.bfloat16, device="cuda")[:, :, :D],)
-        for _ in range(n_sets_for(T * G * D * 3))
-    ]
-
-
-def bench_group_major(dg, copy_tbps):
-    rows = []
-    compiled = {
-        p: torch.compile(functools.partial(ref.group_major_quant, packed=p), fullgraph=True, dynamic=True)
-        for p in (False, True)
-    }
-    compiled_batched = {p: batched_scales_reference(ue8m0=p) for p in (False, True)}
-    for T in (1, 8, 64, 512, 4096):
-        for G in (8, 16):
-            for D in (512, 4096):
-                xs = group_major_inputs(T, G, D)
-                for packed in (False, True):
-                    _, s = fp8ops.group_major_quant(xs[0][0], packed=packed)
-                    nbytes = quant_bytes(T * G, D, 2, s)
-                    row = {"T": T, "G": G, "D": D, "packed": packed, "bytes": nbytes}
-                    row["fp8ops_us"] = graph_time_us(functools.partial(_group_major, packed=packed), xs)
-                    row["compiled_ref_us"] = graph_time_us(compiled[packed], xs)
-                    if dg is not None:
-                        # The route without fp8ops: the compiled reference, then DeepGEMM's helper
-                        # to the same group-major layout (MN-major per group, packed or not).
-                        transform = (
-                            dg.get_mn_major_tma_aligned_packed_ue8m0_tensor
-                            if packed
-                            else dg.get_mn_major_tma_aligned_tensor
-                        )
-                        row["compiled_ref_plus_dg_transform_us"] = graph_time_us(
-                            functools.partial(_scales_then, transform, compiled_batched[packed]), xs
-                        )
-                    row["pct_of_copy"] = pct_of_copy(nbytes, row["fp8ops_us"], copy_tbps)
-                    rows.append(row)
-                    log(
-                        f"  group-major T={T:5d} G={G:3d} D={D:5d} packed={packed!s:5s} fp8ops "
-                        f"{row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), compiled ref "
-                        f"{row['compiled_ref_us']:8.2f} us, compiled ref + DeepGEMM transform "
-                        f"{row.get('compiled_ref_plus_dg_transform_us', float('nan')):8.2f} us"
-                    )
     pack_rows = []
-    for M, S in ((128, 56), (4096, 56), (32768, 56), (32768, 128)):
+    for M, S in ((128, 56), (4096, 56), (32768, 56)):
         s = [(ref.ue8m0_round(torch.rand(M, S, device="cuda") + 1e-3),) for _ in range(n_sets_for(M * S * 5))]
-        row = {"M": M, "S": S, "fp8ops_pack_us": graph_time_us(fp8ops.pack_ue8m0, s)}
+        row = {"M": M, "S": S, "fp8ops_us": graph_time_us(fp8ops.pack_ue8m0, s)}
         if dg is not None:
             row["dg_pack_us"] = graph_time_us(dg.get_mn_major_tma_aligned_packed_ue8m0_tensor, s)
         pack_rows.append(row)
-        log(
-            f"  pack_ue8m0 M={M} S={S}: fp8ops {row['fp8ops_pack_us']:.2f} us, "
-            f"deep_gemm {row.get('dg_pack_us', float('nan')):.2f} us"
-        )
+        dg_us = row.get("dg_pack_us", math.nan)
+        log(f"  pack_ue8m0 M={M} S={S}: fp8ops {row['fp8ops_us']:.2f} us, deep_gemm {dg_us:.2f} us")
     return rows, pack_rows
 
 
-def indexer_inputs(B: int, H: int, cs: torch.Tensor):
-    """Byte count of one indexer_q_quant call and argument sets rotated past L2: bf16 q, the weight
-    as a column slice of a wider projection output, a shared fp32 cos/sin cache, int64 positions."""
-    per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
-    sets = [
-        (
-            torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
-            torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
-            0.5,
-            cs,
-            torch.randint(0, cs.shape[0], (B,), device="cuda"),
-        )
-        for _ in range(n_sets_for(per_call))
-    ]
-    return per_call, sets
-
-
-def bench_indexer(copy_tbps, Bs=(1, 8, 64, 256, 512, 2048, 16384), H=64, max_pos=65536):
-    """indexer_q_quant (DeepSeek-V4 options: rope_tail, interleaved, Hadamard) against the
-    torch.compile'd fp32 torch expression of the same."""
+def bench_indexer(ctx, Bs, H=64, max_pos=65536):
+    """indexer_q_quant (DeepSeek-V4 options) against the lean fp32 expression compiled per shape."""
+    copy = ctx["copy_TBps"]
     cs = torch.randn(max_pos, 64, device="cuda")
-    compiled = torch.compile(ref.indexer_q_quant_fp32, fullgraph=True, dynamic=True)
+    compiled_lean = compiled(lean.indexer_q_quant)
     rows = []
     for B in Bs:
-        per_call, sets = indexer_inputs(B, H, cs)
+        per_call = B * H * (128 * 3 + 2 + 4) + B * (64 * 4 + 8)
+        sets = [
+            (
+                torch.randn(B, H, 128, dtype=torch.bfloat16, device="cuda"),
+                torch.randn(B, H + 8, dtype=torch.bfloat16, device="cuda")[:, :H],
+                0.5,
+                cs,
+                torch.randint(0, max_pos, (B,), device="cuda"),
+            )
+            for _ in range(n_sets_for(per_call))
+        ]
         row = {"B": B, "H": H, "bytes": per_call}
         row["fp8ops_us"] = graph_time_us(fp8ops.indexer_q_quant, sets)
-        row["compiled_ref_us"] = graph_time_us(compiled, sets)
-        row["pct_of_copy"] = pct_of_copy(per_call, row["fp8ops_us"], copy_tbps)
+        row["compiled_lean_us"] = graph_time_us(compiled_lean, sets)
+        row["pct_of_copy"] = pct_of_copy(per_call, row["fp8ops_us"], copy)
+        row["x_floor"] = row["fp8ops_us"] / ctx["launch_floor_us"]
+        rows.append(row)
+        log(f"  indexer B={B:6d}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy)")
+    return rows
+
+
+def _silu(x, layout="col_tma_packed", masked_m=None):
+    return fp8ops.silu_mul_quant(x, 128, layout, masked_m=masked_m)
+
+
+def bench_silu(ctx, Ms, H=2048):
+    """silu_mul_quant, UE8M0 packed scales (DeepGEMM SM100's layout, as the peers' figures), flat
+    and masked, against the unfused route and the lean compiled expression."""
+    copy, floor = ctx["copy_TBps"], ctx["launch_floor_us"]
+    compiled_lean = compiled(lean.silu_mul_quant)
+    rows = []
+    for M in Ms:
+        xs = [(torch.randn(M, 2 * H, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(M * H * 5))]
+        out = _silu(xs[0][0])
+        row = {"mode": "flat", "M": M, "H": H, "bytes": M * H * 4 + storage_bytes(*out)}
+        row["fp8ops_us"] = graph_time_us(_silu, xs)
+        row["unfused_us"] = graph_time_us(lean.silu_mul_then_fp8ops, xs)
+        row["compiled_lean_us"] = graph_time_us(compiled_lean, xs)
+        row["pct_of_copy"] = pct_of_copy(row["bytes"], row["fp8ops_us"], copy)
+        row["x_floor"] = row["fp8ops_us"] / floor
         rows.append(row)
         log(
-            f"  indexer B={B:6d} H={H}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), "
-            f"compiled ref {row['compiled_ref_us']:8.2f} us"
+            f"  silu flat M={M:6d}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), "
+            f"unfused {row['unfused_us']:8.2f}, compiled {row['compiled_lean_us']:8.2f}"
         )
+    gen = torch.Generator().manual_seed(0)
+    for E, Mmax, avg in ((8, 256, 8), (32, 256, 8), (32, 256, 32), (32, 512, 128), (8, 1024, 512)):
+        sets = []
+        valid = 0
+        for _ in range(4):
+            counts = torch.poisson(torch.full((E,), float(avg)), generator=gen).clamp(max=Mmax).to(torch.int32)
+            valid += int(counts.sum())
+            x = torch.randn(E, Mmax, 2 * H, dtype=torch.bfloat16, device="cuda")
+            sets.append((x, "col_tma_packed", counts.cuda()))
+        valid_rows = valid / len(sets)
+        nbytes = int(valid_rows * (H * 4 + H + H // 128))
+        row = {"mode": "masked", "E": E, "Mmax": Mmax, "avg_valid": valid_rows / E, "bytes": nbytes}
+        row["fp8ops_us"] = graph_time_us(_silu, sets)
+        row["unfused_whole_buffer_us"] = graph_time_us(lean.silu_mul_then_fp8ops, [(s[0],) for s in sets])
+        row["valid_bytes_at_copy_us"] = nbytes / (copy * 1e12) * 1e6
+        row["pct_of_copy"] = pct_of_copy(nbytes, row["fp8ops_us"], copy)
+        rows.append(row)
+        log(
+            f"  silu masked E={E} Mmax={Mmax} avg={row['avg_valid']:.1f}: fp8ops {row['fp8ops_us']:7.2f} us, "
+            f"unfused whole buffer {row['unfused_whole_buffer_us']:8.2f}"
+        )
+    return rows
+
+
+def _rms(x, r, w, layout="col_tma"):
+    return fp8ops.rms_norm_quant(x, w, 1e-6, r, 128, layout)
+
+
+def _rms_gemm(dg, w_q, w_s, route, x, r, w, out):
+    q, s = route(x, r, w)
+    dg.fp8_gemm_nt((q, s), (w_q, w_s), out)
+
+
+def bench_rms(ctx, Ms, Ds=(7168, 1536, 512)):
+    """rms_norm_quant (col_tma; with and without the residual add) against the eager and the
+    compiled routes (add, F.rms_norm, fp8ops' quant), and the row layout for comparison."""
+    copy, floor, dg = ctx["copy_TBps"], ctx["launch_floor_us"], ctx["dg"]
+    route_compiled = compiled(lean.add_rms_norm_then_fp8ops)
+    rows = []
+    for D, M, with_res in ((D, M, r) for D in Ds for M in Ms for r in (True, False)):
+        per_call = M * D * 2 * (3 if with_res else 1)
+        sets = []
+        for _ in range(n_sets_for(per_call + M * D)):
+            x = torch.randn(M, D, dtype=torch.bfloat16, device="cuda")
+            r = torch.randn(M, D, dtype=torch.bfloat16, device="cuda") if with_res else None
+            sets.append((x, r, torch.randn(D, dtype=torch.bfloat16, device="cuda")))
+        out = _rms(*sets[0])
+        nbytes = per_call + D * 2 + storage_bytes(*out)
+        row = {"D": D, "M": M, "residual": with_res, "bytes": nbytes}
+        row["fp8ops_us"] = graph_time_us(_rms, sets)
+        if D == 7168:
+            row["fp8ops_row_us"] = graph_time_us(functools.partial(_rms, layout="row"), sets)
+        row["eager_route_us"] = graph_time_us(lean.add_rms_norm_then_fp8ops, sets)
+        row["compiled_route_us"] = graph_time_us(route_compiled, sets)
+        row["pct_of_copy"] = pct_of_copy(nbytes, row["fp8ops_us"], copy)
+        row["x_floor"] = row["fp8ops_us"] / floor
+        if dg is not None and D == 7168 and with_res and M <= 2048:
+            N = 4096
+            w_q, w_s = fp8ops.block_quant(torch.randn(N, D, device="cuda", dtype=torch.bfloat16))
+            gsets = [(*s, torch.empty(M, N, dtype=torch.bfloat16, device="cuda")) for s in sets]
+            row["e2e_fused_gemm_us"] = graph_time_us(functools.partial(_rms_gemm, dg, w_q, w_s, _rms), gsets)
+            row["e2e_compiled_gemm_us"] = graph_time_us(
+                functools.partial(_rms_gemm, dg, w_q, w_s, route_compiled), gsets
+            )
+        rows.append(row)
+        log(
+            f"  rms D={D:5d} M={M:5d} residual={with_res!s:5s}: fp8ops {row['fp8ops_us']:8.2f} us "
+            f"({row['pct_of_copy']:5.1f}% of copy), eager {row['eager_route_us']:8.2f}, "
+            f"compiled {row['compiled_route_us']:8.2f}"
+        )
+    return rows
+
+
+def bench_block(ctx, shapes):
+    """block_quant against DeepGEMM's per_block_cast_to_fp8 expression compiled per shape."""
+    copy = ctx["copy_TBps"]
+    compiled_cast = compiled(lean.per_block_cast)
+    rows = []
+    for shape in shapes:
+        numel = math.prod(shape)
+        sets = [(torch.randn(*shape, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(3 * numel))]
+        out = fp8ops.block_quant(sets[0][0])
+        row = {"shape": "x".join(map(str, shape)), "bytes": numel * 2 + storage_bytes(*out)}
+        row["fp8ops_us"] = graph_time_us(fp8ops.block_quant, sets)
+        flat = [(s[0].view(-1, shape[-1]),) for s in sets]  # experts stacked along N: the same blocks
+        row["compiled_lean_us"] = graph_time_us(compiled_cast, flat)
+        row["pct_of_copy"] = pct_of_copy(row["bytes"], row["fp8ops_us"], copy)
+        rows.append(row)
+        log(f"  block {row['shape']}: fp8ops {row['fp8ops_us']:9.2f} us ({row['pct_of_copy']:5.1f}% of copy)")
+        del sets, flat, out
+        torch.cuda.empty_cache()
     return rows
 
 
@@ -467,223 +381,262 @@ def gpu_main(args) -> dict:
         f"fp8ops benchmark on {props.name} ({props.multi_processor_count} SMs, L2 {props.L2_cache_size >> 20} MiB), "
         f"torch {torch.__version__}, deep_gemm {'present' if dg else 'absent'}"
     )
-    log("self-check: CPU kernel vs torch expression, CUDA kernel vs CPU kernel ...")
-    n = self_check_cpu((1, 5, 17, 130), 2048) + self_check_cuda((1, 5, 17, 130, 1031), (2048, 7168))
+    log("self-check: CPU kernels vs torch expressions, CUDA kernels vs CPU kernels ...")
+    n = self_check_cpu() + self_check_cuda()
     log(f"self-check passed ({n} cases)")
-    copy_tbps = copy_bandwidth_tbps()
-    floor = launch_floor_us()
-    log(f"copy bandwidth {copy_tbps:.3f} TB/s (read + write), launch floor {floor:.2f} us per call")
-    Ms = GPU_M if not args.quick else (1, 16, 128, 2048, 32768)
-    Ks = GPU_K if not args.quick else (7168,)
+    ctx = {"dg": dg, "copy_TBps": copy_bandwidth_tbps(), "launch_floor_us": launch_floor_us()}
+    log(f"copy {ctx['copy_TBps']:.3f} TB/s (read + write), launch floor {ctx['launch_floor_us']:.2f} us per call")
+    q = args.quick
     result = {
         "device": props.name,
         "torch": torch.__version__,
         "deep_gemm": dg is not None,
-        "copy_TBps": copy_tbps,
-        "launch_floor_us": floor,
+        "copy_TBps": ctx["copy_TBps"],
+        "launch_floor_us": ctx["launch_floor_us"],
         "calls_per_graph": CALLS_PER_GRAPH,
+        "pdl": fp8ops.pdl_enabled(),
     }
-    section = Sections()
-    if "per_token" in args.sections:
-        result["per_token"] = section(
-            "per_token", "per_token_group_quant (bf16, group 128):", lambda: bench_per_token(Ms, Ks, copy_tbps, dg)
-        )
-    if "e2e" in args.sections and dg is not None:
-        result["end_to_end"] = section(
-            "end_to_end", "end to end, quant + deep_gemm.fp8_gemm_nt (N=4096, K=7168):", lambda: bench_end_to_end(dg)
-        )
-    if "group_major" in args.sections:
-        result["group_major"], result["pack_ue8m0"] = section(
-            "group_major", "group_major_quant and pack_ue8m0:", lambda: bench_group_major(dg, copy_tbps)
-        )
-    if "e2e" in args.sections and dg is not None:
-        title = "end to end, group_major_quant + deep_gemm.fp8_einsum (G=8, D=1024, N=512):"
-        result["einsum"] = section("einsum", title, lambda: bench_einsum(dg))
-    if "indexer" in args.sections:
-        result["indexer"] = section(
-            "indexer", "indexer_q_quant (rope_tail, interleaved, Hadamard):", lambda: bench_indexer(copy_tbps)
-        )
-    result["section_seconds"] = section.done()
+    # Each section's sizes: (quick grid, full grid).
+    sizes = {
+        "per_token": (((1, 16, 128, 2048, 32768), (7168,)),
+                      ((1, 4, 16, 64, 128, 512, 2048, 8192, 32768), (2048, 7168, 16384))),
+        "group_major": ((1, 4096), (1, 8, 64, 512, 4096)),
+        "indexer": ((1, 256, 2048, 16384), (1, 8, 64, 256, 512, 2048, 16384)),
+        "silu": ((1, 16, 512, 4096, 16384), (1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384)),
+        "rms": ((1, 16, 2048, 8192), (1, 16, 128, 2048, 8192)),
+        "block": (((7168, 18432), (2048, 7168)), ((7168, 18432), (2048, 7168), (256, 2048, 7168))),
+    }  # fmt: skip
+    pick = {k: v[0] if q else v[1] for k, v in sizes.items()}
+    plan = {
+        "per_token": lambda: bench_per_token(ctx, *pick["per_token"]),
+        "e2e": lambda: bench_end_to_end(ctx) if dg is not None else [],
+        "group_major": lambda: bench_group_major(ctx, pick["group_major"]),
+        "indexer": lambda: bench_indexer(ctx, pick["indexer"]),
+        "silu": lambda: bench_silu(ctx, pick["silu"]),
+        "rms": lambda: bench_rms(ctx, pick["rms"]),
+        "block": lambda: bench_block(ctx, pick["block"]),
+    }
+    seconds = {}
+    for name in args.sections:
+        t0 = time.perf_counter()
+        log(f"{name}:")
+        out = plan[name]()
+        if name == "group_major":
+            result["group_major"], result["pack_ue8m0"] = out
+        else:
+            result[name] = out
+        seconds[name] = round(time.perf_counter() - t0, 1)
+    result["section_seconds"] = seconds
     return result
 
 
 # --------------------------------------------------------------------------------------- CPU
 
 
-def wall_median_us(fn, reps: int = 15) -> float:
-    fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e6
-
-
 def cpu_main(args) -> dict:
     log("No CUDA device: CPU reference kernels only (wall clock, not GPU figures).")
-    section = Sections()
-    n = section("self_check", "self-check: CPU kernel vs torch expression ...", lambda: self_check_cpu(CPU_M, CPU_K))
+    n = self_check_cpu()
     log(f"self-check passed ({n} cases)")
-    rows = section("per_token", "per_token_group_quant on the CPU (bf16, group 128):", bench_cpu)
-    return {"device": "cpu", "torch": torch.__version__, "cpu_rows": rows, "section_seconds": section.done()}
-
-
-def bench_cpu() -> list:
-    rows = []
-    for M in CPU_M:
-        x = torch.randn(M, CPU_K, dtype=torch.bfloat16)
-        for layout in LAYOUTS:
-            row = {
-                "M": M,
-                "K": CPU_K,
-                "layout": layout,
-                "fp8ops_cpu_us": wall_median_us(functools.partial(fp8ops.per_token_group_quant, x, 128, layout)),
-                "torch_eager_ref_cpu_us": wall_median_us(functools.partial(ref.per_token_group_quant, x, 128, layout)),
-            }
+    Ms = (1, 16, 128) if args.quick else (1, 16, 128, 512)
+    result = {"device": "cpu", "torch": torch.__version__}
+    w = torch.randn(2048, dtype=torch.bfloat16)
+    # Each section: the fp8ops CPU kernel and the torch expression of SPEC, on the same x.
+    calls = {
+        "per_token": (functools.partial(fp8ops.per_token_group_quant, scale_layout="col_tma"),
+                      functools.partial(ref.per_token_group_quant, scale_layout="col_tma")),
+        "silu": (fp8ops.silu_mul_quant, ref.silu_mul_quant),
+        "rms": (functools.partial(fp8ops.rms_norm_quant, weight=w), functools.partial(ref.rms_norm_quant, weight=w)),
+        "block": (fp8ops.block_quant, ref.block_quant),
+    }  # fmt: skip
+    for name in args.sections:
+        ours, theirs = calls[name]
+        rows = []
+        for M in Ms:
+            x = torch.randn(M, 2048, dtype=torch.bfloat16)
+            row = {"M": M, "K": 2048}
+            row["fp8ops_cpu_us"] = wall_median_us(functools.partial(ours, x))
+            row["torch_cpu_us"] = wall_median_us(functools.partial(theirs, x))
             rows.append(row)
-            log(
-                f"  CPU M={M:4d} K={CPU_K} {layout:15s} fp8ops {row['fp8ops_cpu_us']:9.1f} us, "
-                f"torch eager reference {row['torch_eager_ref_cpu_us']:9.1f} us"
-            )
-    return rows
+            log(f"  {name} M={M:4d}: fp8ops {row['fp8ops_cpu_us']:9.1f} us, torch {row['torch_cpu_us']:9.1f} us")
+        result[name] = rows
+    return result
 
 
 # ---------------------------------------------------------------------------------- reporting
 
+# Each section's table: (title, columns of (key, header, width, format)).
+TABLES = {
+    "per_token": ("per_token_group_quant, bf16, group 128 (us per call)", [
+        ("M", "M", 6, "d"), ("K", "K", 6, "d"), ("layout", "layout", 15, "s"), ("fp8ops_us", "fp8ops", 9, ".2f"),
+        ("pct_of_copy", "%copy", 6, ".1f"), ("compiled_lean_us", "compiled", 9, ".2f"),
+        ("speedup_vs_compiled", "speedup", 8, ".2f"), ("row_then_dg_transform_us", "row+DGtr", 9, ".2f"),
+        ("fp8ops_same_input_us", "same x", 7, ".2f")]),
+    "e2e": ("per-token quant + deep_gemm.fp8_gemm_nt, N=4096 K=7168 (us per call)", [
+        ("M", "M", 5, "d"), ("col_tma_route_us", "col_tma route", 14, ".2f"), ("row_route_us", "row route", 10, ".2f"),
+        ("saved_us", "saved", 7, ".2f")]),
+    "group_major": ("group_major_quant, bf16 strided [T, G, D] (us per call)", [
+        ("T", "T", 5, "d"), ("G", "G", 3, "d"), ("D", "D", 5, "d"), ("packed", "packed", 6, "s"),
+        ("fp8ops_us", "fp8ops", 9, ".2f"), ("pct_of_copy", "%copy", 6, ".1f"),
+        ("compiled_lean_us", "compiled", 9, ".2f")]),
+    "pack_ue8m0": ("pack_ue8m0 (us per call)", [
+        ("M", "M", 6, "d"), ("S", "S", 4, "d"), ("fp8ops_us", "fp8ops", 8, ".2f"),
+        ("dg_pack_us", "deep_gemm", 10, ".2f")]),
+    "indexer": ("indexer_q_quant, bf16, H=64, DeepSeek-V4 options (us per call)", [
+        ("B", "B", 6, "d"), ("fp8ops_us", "fp8ops", 9, ".2f"), ("pct_of_copy", "%copy", 6, ".1f"),
+        ("x_floor", "x floor", 8, ".2f"), ("compiled_lean_us", "compiled", 9, ".2f")]),
+    "silu": ("silu_mul_quant, bf16, H=2048, col_tma_packed (us per call)", [
+        ("mode", "mode", 6, "s"), ("M", "M", 6, "d"), ("E", "E", 3, "d"), ("Mmax", "Mmax", 5, "d"),
+        ("avg_valid", "avg m", 6, ".1f"), ("fp8ops_us", "fp8ops", 9, ".2f"), ("pct_of_copy", "%copy", 6, ".1f"),
+        ("x_floor", "x floor", 8, ".2f"), ("unfused_us", "unfused", 9, ".2f"),
+        ("compiled_lean_us", "compiled", 9, ".2f"), ("unfused_whole_buffer_us", "unfused(all)", 12, ".2f"),
+        ("valid_bytes_at_copy_us", "copy(valid)", 11, ".2f")]),
+    "rms": ("rms_norm_quant, bf16, col_tma (us per call)", [
+        ("D", "D", 5, "d"), ("M", "M", 5, "d"), ("residual", "resid", 5, "s"), ("fp8ops_us", "fp8ops", 9, ".2f"),
+        ("pct_of_copy", "%copy", 6, ".1f"), ("x_floor", "x floor", 8, ".2f"), ("fp8ops_row_us", "row", 8, ".2f"),
+        ("eager_route_us", "eager", 9, ".2f"), ("compiled_route_us", "compiled", 9, ".2f"),
+        ("e2e_fused_gemm_us", "+gemm", 8, ".2f"), ("e2e_compiled_gemm_us", "cmp+gemm", 9, ".2f")]),
+    "block": ("block_quant, bf16, 128 x 128 blocks (us per call)", [
+        ("shape", "shape", 16, "s"), ("fp8ops_us", "fp8ops", 10, ".2f"), ("pct_of_copy", "%copy", 6, ".1f"),
+        ("compiled_lean_us", "compiled", 10, ".2f")]),
+}  # fmt: skip
+CPU_TABLE = [("M", "M", 6, "d"), ("K", "K", 6, "d"), ("fp8ops_cpu_us", "fp8ops us", 11, ".1f"),
+             ("torch_cpu_us", "torch us", 11, ".1f")]  # fmt: skip
+
+
+def _cell(row, key, width, fmt):
+    v = row.get(key)
+    if v is None:
+        return f"{'-':>{width}}"
+    if fmt == "s":
+        return f"{v!s:>{width}}"
+    return f"{v:{width}{fmt}}"
+
 
 def print_tables(res: dict) -> None:
-    if res["device"] == "cpu":
+    cpu = res["device"] == "cpu"
+    if cpu:
         print("\nCPU reference kernels (wall clock, median of 15; NOT GPU figures)")
-        print(f"{'M':>6} {'K':>6} {'layout':15} {'fp8ops us':>11} {'torch eager us':>15}")
-        for r in res["cpu_rows"]:
-            print(
-                f"{r['M']:6d} {r['K']:6d} {r['layout']:15} {r['fp8ops_cpu_us']:11.1f} "
-                f"{r['torch_eager_ref_cpu_us']:15.1f}"
-            )
-        return
-    print(
-        f"\n{res['device']}: copy {res['copy_TBps']:.3f} TB/s, launch floor {res['launch_floor_us']:.2f} us "
-        f"(per call, {res['calls_per_graph']} calls per CUDA graph)"
-    )
-    if "per_token" in res:
-        print("\nper_token_group_quant, bf16, group 128 (us per call)")
+    else:
         print(
-            f"{'M':>6} {'K':>6} {'layout':15} {'fp8ops':>9} {'%copy':>6} {'vs row':>7} {'compiled':>9} {'speedup':>8}"
-            f" {'row+DGtr':>9} {'DGtr':>7}"
+            f"\n{res['device']}: copy {res['copy_TBps']:.3f} TB/s, launch floor {res['launch_floor_us']:.2f} us "
+            f"(per call, {res['calls_per_graph']} calls per CUDA graph, PDL {'on' if res['pdl'] else 'off'})"
         )
-        row_time = {(r["M"], r["K"]): r["fp8ops_us"] for r in res["per_token"] if r["layout"] == "row"}
-        for r in res["per_token"]:
-            print(
-                f"{r['M']:6d} {r['K']:6d} {r['layout']:15} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
-                f"{r['fp8ops_us'] / row_time[(r['M'], r['K'])]:7.3f} {r['compiled_ref_us']:9.2f} "
-                f"{r['speedup_vs_compiled_ref']:8.2f} {r.get('fp8ops_row_plus_dg_transform_us', float('nan')):9.2f} "
-                f"{r.get('dg_transform_us', float('nan')):7.2f}"
-            )
-    if "end_to_end" in res:
-        print("\nquant + deep_gemm.fp8_gemm_nt, N=4096 K=7168 (us per call; 'placed': 20 placements)")
-        print(
-            f"{'M':>5} {'col_tma route':>14} {'row route':>10} {'saved':>7} {'transform':>10} {'saved/tr':>9} "
-            f"{'col_tma placed':>15} {'row placed':>11} {'saved/tr placed':>16}"
-        )
-        for r in res["end_to_end"]:
-            print(
-                f"{r['M']:5d} {r['col_tma_route_us']:14.2f} {r['row_major_route_us']:10.2f} {r['saved_us']:7.2f} "
-                f"{r['transform_alone_us']:10.2f} {r['saved_over_transform']:9.2f} "
-                f"{r['col_tma_route_placed_us']:15.2f} {r['row_major_route_placed_us']:11.2f} "
-                f"{r['saved_placed_over_transform']:16.2f}"
-            )
-    if "group_major" in res:
-        print("\ngroup_major_quant, bf16 strided [T, G, D] (us per call)")
-        print(f"{'T':>5} {'G':>3} {'D':>5} {'packed':>6} {'fp8ops':>9} {'%copy':>6} {'compiled':>9} {'ref+DGtr':>9}")
-        for r in res["group_major"]:
-            print(
-                f"{r['T']:5d} {r['G']:3d} {r['D']:5d} {r['packed']!s:>6} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} "
-                f"{r['compiled_ref_us']:9.2f} {r.get('compiled_ref_plus_dg_transform_us', float('nan')):9.2f}"
-            )
-        print("\npack_ue8m0 (us per call)")
-        for r in res["pack_ue8m0"]:
-            print(
-                f"M={r['M']:6d} S={r['S']:4d} fp8ops {r['fp8ops_pack_us']:7.2f}  "
-                f"deep_gemm {r.get('dg_pack_us', float('nan')):7.2f}"
-            )
+    for key, (title, cols) in TABLES.items():
+        rows = res.get(key)
+        if not rows:
+            continue
+        cols = CPU_TABLE if cpu else cols
+        print(f"\n{key if cpu else title}")
+        print(" ".join(f"{h:>{w}}" for _, h, w, _ in cols))
+        for r in rows:
+            print(" ".join(_cell(r, k, w, f) for k, _, w, f in cols))
 
 
-def print_einsum_and_indexer(res: dict) -> None:
-    if "einsum" in res:
-        print("\ngroup_major_quant + deep_gemm.fp8_einsum bhr,hdr->bhd, G=8 D=1024 N=512 (us per call)")
-        print(f"{'T':>5} {'native scales':>14} {'contiguous scales':>18} {'quant alone':>12}")
-        for r in res["einsum"]:
-            print(
-                f"{r['T']:5d} {r['native_route_us']:14.2f} {r['contiguous_scales_route_us']:18.2f} "
-                f"{r['quant_alone_us']:12.2f}"
-            )
-    if "indexer" not in res:
-        return
-    print("\nindexer_q_quant, bf16, H=64, rope_tail + interleaved + Hadamard (us per call)")
-    print(f"{'B':>6} {'fp8ops':>9} {'%copy':>6} {'x floor':>8} {'compiled':>9} {'speedup':>8}")
-    for r in res["indexer"]:
-        print(
-            f"{r['B']:6d} {r['fp8ops_us']:9.2f} {r['pct_of_copy']:6.1f} {r['fp8ops_us'] / res['launch_floor_us']:8.2f} "
-            f"{r['compiled_ref_us']:9.2f} {r['compiled_ref_us'] / r['fp8ops_us']:8.2f}"
-        )
+# Each section's plot: (x key, the key whose values make separate lines, [(y key, label)]).
+PLOTS = {
+    "per_token": ("M", "layout", [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "e2e": ("M", None, [("col_tma_route_us", "col_tma route"), ("row_route_us", "row route")]),
+    "group_major": ("T", "packed", [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "indexer": ("B", None, [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "silu": ("M", None, [("fp8ops_us", "fp8ops"), ("unfused_us", "unfused"), ("compiled_lean_us", "compiled")]),
+    "rms": ("M", "D", [("fp8ops_us", "fp8ops"), ("compiled_route_us", "compiled route")]),
+    "block": ("bytes", None, [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+}
+CPU_PLOT = ("M", None, [("fp8ops_cpu_us", "fp8ops CPU"), ("torch_cpu_us", "torch CPU")])
 
 
-def plot(res: dict, path: str) -> None:
+def plot(res: dict, path: str) -> bool:
+    """A panel per section that ran, each op against its baselines; False (and no file) when no
+    section produced rows."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = res.get("per_token") or []
-    Ks = sorted({r["K"] for r in rows})
-    fig, axes = plt.subplots(1, max(1, len(Ks)), figsize=(6 * max(1, len(Ks)), 4.5), squeeze=False)
-    for ax, K in zip(axes[0], Ks, strict=False):
-        for layout in LAYOUTS:
-            sel = [r for r in rows if r["K"] == K and r["layout"] == layout]
-            ax.plot([r["M"] for r in sel], [r["fp8ops_us"] for r in sel], marker="o", label=f"fp8ops {layout}")
-        for key, label in (
-            ("compiled_ref_us", "compiled ref (col_tma)"),
-            ("fp8ops_row_plus_dg_transform_us", "row + DeepGEMM transform"),
-        ):
-            sel = [r for r in rows if r["K"] == K and r["layout"] == "col_tma" and key in r]
-            if sel:
-                ax.plot([r["M"] for r in sel], [r[key] for r in sel], linestyle="--", label=label)
+    cpu = res["device"] == "cpu"
+    panels = [k for k in PLOTS if res.get(k)]
+    if not panels:
+        return False
+    cols = min(3, len(panels))
+    fig, axes = plt.subplots(
+        math.ceil(len(panels) / cols), cols, figsize=(6 * cols, 4.5 * math.ceil(len(panels) / cols)), squeeze=False
+    )
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, panels, strict=False):
+        xkey, split, series = CPU_PLOT if cpu else PLOTS[key]
+        rows = [r for r in res[key] if xkey in r]
+        groups = sorted({r.get(split) for r in rows}, key=str) if split else [None]
+        for g in groups:
+            sel = [r for r in rows if split is None or r.get(split) == g]
+            for ykey, label in series:
+                pts = sorted((r[xkey], r[ykey]) for r in sel if ykey in r)
+                if pts:
+                    tag = f"{label} {split}={g}" if split else label
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=tag)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("M")
+        ax.set_xlabel(xkey)
         ax.set_ylabel("us per call")
-        ax.set_title(f"K = {K}")
-        ax.legend(fontsize=7)
+        ax.set_title(("CPU " if cpu else "") + key)
+        ax.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
+    return True
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m fp8ops.bench", description=__doc__.splitlines()[0])
+def _check_writable(path: str, flag: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise SystemExit(f"fp8ops.bench: {flag} {path}: the folder {folder} does not exist or is not writable")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m fp8ops.bench",
+        description="fp8ops benchmark and self-check (GPU timings, or CPU reference kernels without a GPU).",
+    )
     p.add_argument("--json", default="bench.json", help="where to write the results (default bench.json)")
-    p.add_argument("--plot", default=None, help="optional PNG plot of time against M")
-    p.add_argument("--quick", action="store_true", help="a smaller GPU grid")
+    p.add_argument("--plot", default=None, help="a PNG with one panel per section that ran (needs matplotlib)")
+    p.add_argument("--quick", action="store_true", help="a smaller grid of sizes")
     p.add_argument("--cpu", action="store_true", help="run the CPU benchmark even when a GPU is present")
     p.add_argument(
         "--sections",
-        default="per_token,e2e,group_major,indexer",
-        help="comma-separated GPU sections: per_token, e2e, group_major, indexer",
+        default=None,
+        help=f"comma-separated sections; GPU: {','.join(GPU_SECTIONS)} (default all); CPU: {','.join(CPU_SECTIONS)}",
     )
     args = p.parse_args(argv)
-    args.sections = set(args.sections.split(","))
-    res = gpu_main(args) if torch.cuda.is_available() and not args.cpu else cpu_main(args)
+    args.gpu = torch.cuda.is_available() and not args.cpu
+    known = GPU_SECTIONS if args.gpu else CPU_SECTIONS
+    chosen = args.sections.split(",") if args.sections else list(known)
+    unknown = [s for s in chosen if s not in known]
+    if unknown:
+        where = "on the GPU" if args.gpu else "on the CPU"
+        p.error(f"unknown section(s) {', '.join(unknown)} {where}; choose from {', '.join(known)}")
+    args.sections = [s for s in known if s in chosen]
+    _check_writable(args.json, "--json")
+    if args.plot:
+        _check_writable(args.plot, "--plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            p.error("--plot needs matplotlib (pip install matplotlib)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    res = gpu_main(args) if args.gpu else cpu_main(args)
     print_tables(res)
-    print_einsum_and_indexer(res)
     with open(args.json, "w") as f:
         json.dump(res, f, indent=1)
     log(f"results written to {args.json}")
     if args.plot:
-        try:
-            plot(res, args.plot)
+        if plot(res, args.plot):
             log(f"plot written to {args.plot}")
-        except ImportError:
-            log("matplotlib is not installed: no plot")
+        else:
+            log("no section produced rows: no plot written")
+            return 1
     return 0
 
 

@@ -208,3 +208,142 @@ def test_no_layout_kernel_between_quant_and_deep_gemm():
     theirs = kernels("row")
     assert len(ours) == 2, ours
     assert len(theirs) == 3, theirs
+
+
+# ------------------------------------------------------------- the fused ops and block_quant
+
+
+def expert_weights(E, N, K):
+    w = torch.randn(E, N, K, device="cuda")
+    q, s = fp8ops.block_quant(w)
+    return q, s
+
+
+@pytest.mark.parametrize("E, Mmax", ((4, 64), (8, 128)))
+def test_silu_masked_into_deep_gemm_masked_gemm_zero_copy(E, Mmax):
+    dg = deep_gemm()
+    H, N = 1024, 512
+    x = make_input((E, Mmax, 2 * H), torch.bfloat16, device="cuda")
+    counts = torch.randint(1, Mmax + 1, (E,))
+    counts[0], counts[-1] = 0, Mmax
+    m = counts.to(torch.int32).cuda()
+    # Poison what the allocator hands out next, so that rows past masked_m hold NaN codes and
+    # NaN scales: the GEMM's valid rows must not see them.
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    blocks = [torch.full((n,), 0xFF, dtype=torch.uint8, device="cuda") for n in (E * Mmax * H, E * 8 * Mmax * 4)]
+    del blocks
+    q, s = fp8ops.silu_mul_quant(x, 128, "col_tma", masked_m=m)
+    assert dg.get_mn_major_tma_aligned_tensor(s).data_ptr() == s.data_ptr(), "DeepGEMM would copy our scales"
+    wq, ws = expert_weights(E, N, H)
+    out = torch.empty(E, Mmax, N, dtype=torch.bfloat16, device="cuda")
+    out_ref = torch.empty_like(out)
+    dg.m_grouped_fp8_gemm_nt_masked((q, s), (wq, ws), out, m, Mmax)
+    # The same GEMM on DeepGEMM's own transform of the same scales (zeros past masked_m).
+    s_plain = torch.zeros(E, Mmax, H // 128, device="cuda")
+    for e in range(E):
+        s_plain[e, : counts[e]] = s[e, : counts[e]]
+    q_plain = q.clone()
+    for e in range(E):
+        q_plain[e, counts[e] :] = 0
+    dg.m_grouped_fp8_gemm_nt_masked((q_plain, s_plain), (wq, ws), out_ref, m, Mmax)
+    torch.cuda.synchronize()
+    for e in range(E):
+        n = int(counts[e])
+        assert_same_bits(out[e, :n], out_ref[e, :n], f"masked GEMM expert {e}")
+        assert torch.isfinite(out[e, :n].float()).all()
+
+
+def test_silu_flat_into_deep_gemm_nt_and_m_grouped_contiguous():
+    dg = deep_gemm()
+    E, rows_per_expert, H, N = 4, 128, 1024, 512
+    M = E * rows_per_expert
+    x = make_input((M, 2 * H), torch.bfloat16, device="cuda")
+    q, s = fp8ops.silu_mul_quant(x, 128, "col_tma")
+    assert dg.get_mn_major_tma_aligned_tensor(s).data_ptr() == s.data_ptr()
+    q_row, s_row = fp8ops.silu_mul_quant(x, 128, "row")
+    wq, ws = fp8ops.block_quant(torch.randn(N, H, device="cuda"))
+    out, out_row = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    dg.fp8_gemm_nt((q, s), (wq, ws), out)
+    dg.fp8_gemm_nt((q_row, s_row), (wq, ws), out_row)
+    torch.cuda.synchronize()
+    assert_same_bits(out, out_row, "fp8_gemm_nt")
+    wq3, ws3 = expert_weights(E, N, H)
+    m_indices = torch.arange(E, device="cuda", dtype=torch.int32).repeat_interleave(rows_per_expert)
+    out, out_row = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    dg.m_grouped_fp8_gemm_nt_contiguous((q, s), (wq3, ws3), out, m_indices)
+    dg.m_grouped_fp8_gemm_nt_contiguous((q_row, s_row), (wq3, ws3), out_row, m_indices)
+    torch.cuda.synchronize()
+    assert_same_bits(out, out_row, "m_grouped_fp8_gemm_nt_contiguous")
+
+
+def test_silu_masked_packed_equals_deep_gemm_packer_per_expert():
+    dg = deep_gemm()
+    E, Mmax, H = 4, 36, 1024
+    x = make_input((E, Mmax, 2 * H), torch.bfloat16, device="cuda")
+    full = torch.full((E,), Mmax, dtype=torch.int32, device="cuda")
+    _, packed = fp8ops.silu_mul_quant(x, 128, "col_tma_packed", masked_m=full)
+    _, s8 = fp8ops.silu_mul_quant(x, 128, "row", ue8m0=True, masked_m=full)
+    for e in range(E):
+        assert torch.equal(packed[e], dg.get_mn_major_tma_aligned_packed_ue8m0_tensor(s8[e].contiguous()))
+
+
+def test_rms_norm_quant_into_deep_gemm_zero_copy():
+    dg = deep_gemm()
+    M, D, N = 37, 7168, 1024
+    x, r = (make_input((M, D), torch.bfloat16, device="cuda") for _ in range(2))
+    w = make_input((D,), torch.bfloat16, device="cuda")
+    r2 = r.clone()
+    q, s = fp8ops.rms_norm_quant(x, w, 1e-6, r, 128, "col_tma")
+    q_row, s_row = fp8ops.rms_norm_quant(x, w, 1e-6, r2, 128, "row")
+    assert dg.get_mn_major_tma_aligned_tensor(s).data_ptr() == s.data_ptr()
+    wq, ws = fp8ops.block_quant(torch.randn(N, D, device="cuda"))
+    out, out_row = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    dg.fp8_gemm_nt((q, s), (wq, ws), out)
+    dg.fp8_gemm_nt((q_row, s_row), (wq, ws), out_row)
+    torch.cuda.synchronize()
+    assert_same_bits(out, out_row, "fp8_gemm_nt after rms_norm_quant")
+
+
+@pytest.mark.parametrize("ue8m0", (False, True))
+def test_block_quant_equals_deep_gemm_per_block_cast(ue8m0):
+    dg = deep_gemm()
+    from deep_gemm.utils import per_block_cast_to_fp8
+
+    for N, K in ((128, 128), (512, 7168), (300, 200), (129, 1000)):
+        w = make_input((N, K), torch.bfloat16, device="cuda")
+        theirs_q, theirs_s = per_block_cast_to_fp8(w, use_ue8m0=ue8m0)
+        q, s = fp8ops.block_quant(w, ue8m0=ue8m0, eps=1e-4)
+        assert_same_bits(q, theirs_q, f"q {N}x{K} ue8m0={ue8m0}")
+        assert_same_bits(s, theirs_s.float(), f"scale {N}x{K} ue8m0={ue8m0}")
+    del dg
+
+
+def test_block_quant_weights_in_fp8_gemm_nt_equal_deep_gemm_quantization():
+    dg = deep_gemm()
+    from deep_gemm.utils import per_block_cast_to_fp8
+
+    M, N, K = 64, 1024, 2048
+    w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+    ours = fp8ops.block_quant(w, eps=1e-4)
+    theirs = per_block_cast_to_fp8(w, use_ue8m0=False)
+    q, s = fp8ops.per_token_group_quant(make_input((M, K), torch.bfloat16, device="cuda"), 128, "col_tma")
+    out, out_theirs = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    dg.fp8_gemm_nt((q, s), ours, out)
+    dg.fp8_gemm_nt((q, s), theirs, out_theirs)
+    torch.cuda.synchronize()
+    assert_same_bits(out, out_theirs, "fp8_gemm_nt with block_quant weights")
+
+
+@pytest.mark.parametrize("M", (4, 64))
+def test_torch_scaled_mm_128x128_with_block_quant_weights(M):
+    N, K = 512, 1024
+    w = torch.randn(N, K, device="cuda")
+    wq, ws = fp8ops.block_quant(w)
+    x = make_input((M, K), torch.bfloat16, device="cuda")
+    q, s = fp8ops.per_token_group_quant(x, 128, "col")
+    out = scaled_mm_blockwise(q, s, wq.t(), ws.t())
+    a = ref.dequant(q.cpu(), s.cpu()).double()
+    b = (wq.float().view(N // 128, 128, K // 128, 128) * ws[:, None, :, None]).view(N, K).cpu().double()
+    expect = a @ b.t()
+    assert (out.double().cpu() - expect).norm() / expect.norm() < 1e-2

@@ -435,7 +435,8 @@ def poisoned_blocks(like):
 def call_over_poison(fn, like):
     ptrs = poisoned_blocks(like)
     out = fn()
-    assert [o.data_ptr() for o in out] == ptrs, "the outputs did not reuse the poisoned blocks"
+    if all(t.untyped_storage().nbytes() for t in like):
+        assert {o.data_ptr() for o in out} <= set(ptrs), "the outputs did not reuse the poisoned blocks"
     return out
 
 

@@ -1,0 +1,94 @@
+"""Calls every fp8ops op on small shapes (every layout, dtype and option) and reads back the whole
+storage of every output, for compute-sanitizer (ci/gpu.sh sanitize): memcheck finds out-of-bounds
+accesses, initcheck reads of bytes nothing wrote, racecheck shared-memory races. Run it with
+PYTORCH_NO_CUDA_MEMORY_CACHING=1, else reused memory hides unwritten bytes.
+
+    python ci/sanitize_ops.py              # every op
+    python ci/sanitize_ops.py --unwritten  # reads a buffer nothing wrote: initcheck must report it
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+
+import torch
+
+import fp8ops
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
+
+
+def read_back(*tensors) -> int:
+    """Copies every byte of each tensor's storage to the host (a device kernel reads them all)."""
+    n = 0
+    for t in tensors:
+        st = t.untyped_storage()
+        whole = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st, 0, (st.nbytes(),), (1,))
+        n += int((whole.clone().cpu() != 0xA5).sum())  # the count itself does not matter
+    return n
+
+
+def rand(*shape, dtype=torch.bfloat16):
+    return (torch.randn(*shape, device="cuda") * 4).to(dtype)
+
+
+def main() -> int:
+    calls = 0
+    for dtype, layout, (M, K, gs) in itertools.product(DTYPES, LAYOUTS, ((1, 128, 128), (5, 384, 64), (17, 96, 32))):
+        x = rand(M, K, dtype=dtype)
+        read_back(*fp8ops.per_token_group_quant(x, gs, layout, ue8m0=M == 5, pad_rows_to=4))
+        read_back(*fp8ops.silu_mul_quant(rand(M, 2 * K, dtype=dtype), gs, layout, pad_rows_to=4))
+        read_back(*fp8ops.rms_norm_quant(x, rand(K, dtype=dtype), 1e-6, rand(M, K, dtype=dtype), gs, layout))
+        read_back(*fp8ops.rms_norm_quant(rand(M, 2048, dtype=dtype), rand(2048, dtype=dtype), 1e-6, None, gs, layout))
+        calls += 4
+    for layout in ("row", "col_tma", "col_tma_packed"):
+        E, Mmax, H = 4, 6, 256
+        x = rand(E, Mmax, 2 * H)
+        full = torch.full((E,), Mmax, dtype=torch.int32, device="cuda")
+        read_back(*fp8ops.silu_mul_quant(x, 128, layout, masked_m=full))
+        # Partly filled experts: rows past masked_m are documented as unwritten, so only the
+        # valid rows are read back.
+        counts = [0, 1, 6, 3]
+        q, s = fp8ops.silu_mul_quant(x, 128, layout, masked_m=torch.tensor(counts, dtype=torch.int32, device="cuda"))
+        for e, n in enumerate(counts):
+            q[e, :n].cpu(), s[e, :n].cpu()
+        calls += 2
+    for dtype, packed in itertools.product(DTYPES, (False, True)):
+        xg = rand(5, 3, 384, dtype=dtype)[:, :, :256]
+        read_back(*fp8ops.group_major_quant(xg, packed=packed))
+        calls += 1
+    for dtype, shape in itertools.product(DTYPES, ((1, 1), (130, 260), (2, 129, 128))):
+        read_back(*fp8ops.block_quant(rand(*shape, dtype=dtype), ue8m0=shape[0] == 1))
+        calls += 1
+    cs = torch.randn(64, 64, device="cuda")
+    for rope_tail, neox, hadamard in itertools.product((True, False), repeat=3):
+        for B in (1, 300):
+            q = rand(B, 8, 128)
+            w = rand(B, 8)
+            read_back(*fp8ops.indexer_q_quant(q, w, 0.5, cs, torch.randint(0, 64, (B,), device="cuda"),
+                                              rope_tail, neox, hadamard))  # fmt: skip
+            calls += 1
+    s = fp8ops.per_token_group_quant(rand(33, 512), scale_layout="row", ue8m0=True)[1]
+    read_back(fp8ops.pack_ue8m0(s), fp8ops.pack_ue8m0(s.view(3, 11, 4)))
+    q, s = fp8ops.per_token_group_quant(rand(9, 256), scale_layout="col_tma_packed")
+    for out_dtype in (None, torch.bfloat16, torch.float16):
+        read_back(fp8ops.dequant(q, s, 128, out_dtype))
+    calls += 5
+    torch.cuda.synchronize()
+    print(f"sanitize_ops: {calls} op calls, every output's storage read back")
+    return 0
+
+
+def unwritten() -> int:
+    """Reads a device buffer that nothing wrote, through a kernel: initcheck must report it."""
+    buf = torch.empty(1 << 16, dtype=torch.uint8, device="cuda")
+    (buf + 0).cpu()
+    torch.cuda.synchronize()
+    print("sanitize_ops --unwritten: read a buffer nothing wrote")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(unwritten() if "--unwritten" in sys.argv[1:] else main())
