@@ -400,20 +400,20 @@ def gpu_main(args) -> dict:
     sizes = {
         "per_token": (((1, 16, 128, 2048, 32768), (7168,)),
                       ((1, 4, 16, 64, 128, 512, 2048, 8192, 32768), (2048, 7168, 16384))),
-        "group_major": ((1, 4096), (1, 8, 64, 512, 4096)),
+        "group_major": (((1, 4096), (16,)), ((1, 8, 64, 512, 4096), (8, 16))),
         "indexer": ((1, 256, 2048, 16384), (1, 8, 64, 256, 512, 2048, 16384)),
         "silu": ((1, 16, 512, 4096, 16384), (1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384)),
-        "rms": ((1, 16, 2048, 8192), (1, 16, 128, 2048, 8192)),
+        "rms": (((1, 16, 2048, 8192), (7168, 512)), ((1, 16, 128, 2048, 8192), (7168, 1536, 512))),
         "block": (((7168, 18432), (2048, 7168)), ((7168, 18432), (2048, 7168), (256, 2048, 7168))),
     }  # fmt: skip
     pick = {k: v[0] if q else v[1] for k, v in sizes.items()}
     plan = {
         "per_token": lambda: bench_per_token(ctx, *pick["per_token"]),
         "e2e": lambda: bench_end_to_end(ctx) if dg is not None else [],
-        "group_major": lambda: bench_group_major(ctx, pick["group_major"]),
+        "group_major": lambda: bench_group_major(ctx, *pick["group_major"]),
         "indexer": lambda: bench_indexer(ctx, pick["indexer"]),
         "silu": lambda: bench_silu(ctx, pick["silu"]),
-        "rms": lambda: bench_rms(ctx, pick["rms"]),
+        "rms": lambda: bench_rms(ctx, *pick["rms"]),
         "block": lambda: bench_block(ctx, pick["block"]),
     }
     seconds = {}
