@@ -67,10 +67,12 @@ FP8OPS_C_API void fp8ops_indexer_grid(int64_t items, int64_t items_per_block, in
   out[1] = g.stagger_ns;
 }
 
-// fused_quant.h's row_shape and fused_quant_launch.h's chunk count for a row of `chunks` chunks.
-// Writes out[0..3]: lanes, chunks_per_lane, rows_per_block, compiled chunks per lane.
-FP8OPS_C_API void fp8ops_row_shape(int64_t chunks, int64_t* out) {
-  const fp8ops::RowShape s = fp8ops::row_shape(chunks);
+// fused_quant.h's row_shape and fused_quant_launch.h's chunk count for a row of `chunks` chunks,
+// for silu_mul_quant (op 0) or rms_norm_quant (op 1). Writes out[0..3]: lanes, chunks_per_lane,
+// rows_per_block, compiled chunks per lane.
+FP8OPS_C_API void fp8ops_row_shape(int64_t chunks, int64_t op, int64_t* out) {
+  const fp8ops::RowShape s =
+      fp8ops::row_shape(chunks, op == 0 ? fp8ops::kSiluChunksPerLane : fp8ops::kRmsChunksPerLane);
   out[0] = s.lanes;
   out[1] = s.chunks_per_lane;
   out[2] = s.rows_per_block;

@@ -20,7 +20,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_group_quant_launch.argtypes = [_I64P, _I64P]
     lib.fp8ops_indexer_config.argtypes = [_I64, _I64, _I64, _I64P]
     lib.fp8ops_indexer_grid.argtypes = [_I64, _I64, _I64, _I64, _I64P]
-    lib.fp8ops_row_shape.argtypes = [_I64, _I64P]
+    lib.fp8ops_row_shape.argtypes = [_I64, _I64, _I64P]
     lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
@@ -75,10 +75,11 @@ def indexer_grid(items: int, items_per_block: int, resident: int, stagger_ns: in
     return out[0], out[1]
 
 
-def row_shape(chunks: int) -> dict:
-    """How the row kernels share a row of `chunks` 8-element chunks out (include/fp8ops/fused_quant.h)."""
+def row_shape(chunks: int, op: str) -> dict:
+    """How the row kernel of `op` ("silu" or "rms") shares a row of `chunks` 8-element chunks out
+    (include/fp8ops/fused_quant.h)."""
     out = (_I64 * 4)()
-    _lib().fp8ops_row_shape(chunks, out)
+    _lib().fp8ops_row_shape(chunks, ("silu", "rms").index(op), out)
     return dict(zip(("lanes", "chunks_per_lane", "rows_per_block", "compiled_chunks"), out, strict=True))
 
 

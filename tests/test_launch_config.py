@@ -151,21 +151,42 @@ def test_pdl_setting_round_trips():
     assert fp8ops.pdl_enabled()
 
 
-# chunks of 8 elements per row -> (lanes W, chunks per lane, rows per 256-thread block): W is the
-# largest power of two up to 256 and the chunk count, so H = 2048 (256 chunks) takes one row per
-# block, D = 7168 (896 chunks) 3.5 chunks per lane, D = 512 (64 chunks) four rows per block.
-ROW_SHAPES = {4: (4, 1, 64), 64: (64, 1, 4), 192: (128, 2, 2), 256: (256, 1, 1), 896: (256, 4, 1), 2304: (256, 9, 1)}
+# (chunks of 8 elements per row, op) -> (lanes W, chunks per lane, rows per 256-thread block): W is
+# the largest power of two up to 256 leaving a lane about 4 chunks (silu) or 2 (rms), but at least
+# 16 lanes (or all chunks, when fewer). So silu's H = 2048 (256 chunks) takes 64 lanes of 4 chunks
+# and four rows per block; rms's D = 7168 (896 chunks) 256 lanes of 3.5, D = 1536 64 lanes of 3.
+ROW_SHAPES = {
+    (4, "silu"): (4, 1, 64),
+    (16, "silu"): (16, 1, 16),
+    (256, "silu"): (64, 4, 4),
+    (2304, "silu"): (256, 9, 1),
+    (4, "rms"): (4, 1, 64),
+    (64, "rms"): (32, 2, 8),
+    (192, "rms"): (64, 3, 4),
+    (896, "rms"): (256, 4, 1),
+    (2048, "rms"): (256, 8, 1),
+}
 
 
-@pytest.mark.parametrize("chunks", list(ROW_SHAPES))
-def test_row_shape(chunks):
-    s = _native.row_shape(chunks)
-    assert (s["lanes"], s["chunks_per_lane"], s["rows_per_block"]) == ROW_SHAPES[chunks]
+@pytest.mark.parametrize("chunks, op", list(ROW_SHAPES))
+def test_row_shape(chunks, op):
+    s = _native.row_shape(chunks, op)
+    assert (s["lanes"], s["chunks_per_lane"], s["rows_per_block"]) == ROW_SHAPES[(chunks, op)]
     assert s["compiled_chunks"] >= min(s["chunks_per_lane"], 16)
 
 
-def test_row_grid_is_at_most_resident():
-    assert _native.row_grid_blocks(8192, 1, 4, 132) == 528
-    assert _native.row_grid_blocks(100, 4, 4, 132) == 25
-    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # residency unknown
-    assert _native.row_grid_blocks(0, 1, 4, 132) == 1
+def test_row_shape_lanes_hold_whole_groups():
+    """A group of 128 elements (16 chunks) never spans two rows' lanes, for every row width."""
+    for chunks in range(4, 4096, 4):
+        for op in ("silu", "rms"):
+            lanes = _native.row_shape(chunks, op)["lanes"]
+            g = min(16, chunks & -chunks)  # the largest group (in chunks) that divides the row
+            assert lanes % g == 0 and lanes <= 256, (chunks, op, lanes)
+
+
+def test_row_grid_caps():
+    assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # masked: two blocks per SM
+    assert _native.row_grid_blocks(100, 4, 2, 132) == 25
+    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # flat: no cap
+    assert _native.row_grid_blocks(1 << 20, 4, 0, 132) == 1 << 18
+    assert _native.row_grid_blocks(0, 1, 2, 132) == 1

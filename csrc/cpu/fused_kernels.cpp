@@ -104,6 +104,7 @@ void silu_mul_quant_typed(const SiluMulQuantParams& p) {
     flat_rows(o, p.T, p.T_q, p.T_s, p.H, [&](int64_t t, float* a) { silu_mul_row<T>(p, 0, t, a); });
     return;
   }
+  for (int64_t i = 0; i < masked_pad_words(p); ++i) static_cast<uint32_t*>(o.scale)[masked_pad_word_offset(p, i)] = 0;
   auto body = [&](int64_t begin, int64_t end) {
     std::vector<float> a(p.H);
     for (int64_t e = begin; e < end; ++e) {
@@ -119,7 +120,7 @@ void silu_mul_quant_typed(const SiluMulQuantParams& p) {
 // The sum of squares of a row r[0..D-1] in the order of fused_quant.h.
 float row_sum_squares(const float* r, int64_t D) {
   const int64_t chunks = D / kChunkElems;
-  const RowShape s = row_shape(chunks);
+  const RowShape s = row_shape(chunks, kRmsChunksPerLane);
   const uint32_t W = s.lanes;
   std::vector<float> part(W, 0.0f), next(W);
   for (uint32_t j = 0; j < W; ++j) {

@@ -93,6 +93,109 @@ __device__ __forceinline__ void load_chunk8(const T* __restrict__ src, bool ok, 
   }
 }
 
+// A chunk of 8 elements of T as raw 16-byte words (two for fp32).
+template <typename T>
+struct RawChunk {
+  static constexpr int kWords = sizeof(T) == 4 ? 2 : 1;
+  uint4 w[kWords];
+};
+
+// The raw chunk at src (zeros when !ok): 16-byte loads when kVec, else element loads.
+template <typename T, bool kVec>
+__device__ __forceinline__ RawChunk<T> load_raw8(const T* __restrict__ src, bool ok) {
+  RawChunk<T> r;
+  if (!ok) {
+#pragma unroll
+    for (int i = 0; i < RawChunk<T>::kWords; ++i) r.w[i] = make_uint4(0u, 0u, 0u, 0u);
+    return r;
+  }
+  if constexpr (kVec) {
+#pragma unroll
+    for (int i = 0; i < RawChunk<T>::kWords; ++i) r.w[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else if constexpr (sizeof(T) == 4) {
+    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
+    r.w[0] = make_uint4(s[0], s[1], s[2], s[3]);
+    r.w[1] = make_uint4(s[4], s[5], s[6], s[7]);
+  } else {
+    const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+    uint32_t v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = s[2 * i] | (static_cast<uint32_t>(s[2 * i + 1]) << 16);
+    r.w[0] = make_uint4(v[0], v[1], v[2], v[3]);
+  }
+  return r;
+}
+
+template <typename T>
+__device__ __forceinline__ void raw_to_floats(const RawChunk<T>& r, float (&v)[kChunkElems]) {
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      v[4 * i] = __uint_as_float(r.w[i].x), v[4 * i + 1] = __uint_as_float(r.w[i].y);
+      v[4 * i + 2] = __uint_as_float(r.w[i].z), v[4 * i + 3] = __uint_as_float(r.w[i].w);
+    }
+  } else {
+    const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = elem_to_float<T>(w[i] & 0xFFFFu);
+      v[2 * i + 1] = elem_to_float<T>(w[i] >> 16);
+    }
+  }
+}
+
+// 8 floats that are exact values of T (or NaN, canonicalized) as a raw chunk.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElems]) {
+  RawChunk<T> r;
+  if constexpr (sizeof(T) == 4) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      r.w[i] = make_uint4(__float_as_uint(v[4 * i]), __float_as_uint(v[4 * i + 1]), __float_as_uint(v[4 * i + 2]),
+                          __float_as_uint(v[4 * i + 3]));
+    }
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
+    r.w[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  return r;
+}
+
+template <typename T, bool kVec>
+__device__ __forceinline__ void store_raw8(T* __restrict__ dst, const RawChunk<T>& r) {
+  if constexpr (kVec) {
+#pragma unroll
+    for (int i = 0; i < RawChunk<T>::kWords; ++i) reinterpret_cast<uint4*>(dst)[i] = r.w[i];
+  } else {
+    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        d[4 * i] = r.w[i].x, d[4 * i + 1] = r.w[i].y, d[4 * i + 2] = r.w[i].z, d[4 * i + 3] = r.w[i].w;
+    } else {
+      uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+      const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        h[2 * i] = static_cast<uint16_t>(w[i]), h[2 * i + 1] = static_cast<uint16_t>(w[i] >> 16);
+    }
+  }
+}
+
+// The amax of a raw chunk's finite elements.
+template <typename T>
+__device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(max(finite_amax_bits_f32x4(r.w[0]), finite_amax_bits_f32x4(r.w[1])));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(finite_amax_bits_16x8<0x7F80u>(r.w[0]) << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(finite_amax_bits_16x8<0x7C00u>(r.w[0]))));
+  }
+}
+
 // Stores 8 floats, each rounded to T, at dst (the residual write-back of rms_norm_quant).
 template <typename T, bool kVec>
 __device__ __forceinline__ void store_chunk8(T* __restrict__ dst, const float (&v)[kChunkElems]) {
@@ -219,6 +322,12 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     }
     __syncthreads();
     total = prefix[p.E];
+    if (blockIdx.x == 0) {
+      const int64_t pad_words = masked_pad_words(p);
+      for (int64_t i = threadIdx.x; i < pad_words; i += blockDim.x) {
+        static_cast<uint32_t*>(p.out.scale)[masked_pad_word_offset(p, i)] = 0u;
+      }
+    }
   }
   const T* __restrict__ x = static_cast<const T*>(p.x);
   for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < total;
@@ -243,17 +352,28 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
     }
     const T* gate = x + e * p.x_stride_e + t * p.x_stride_t;
+    // In batches of kBatch chunks: every load of a batch is issued before the work on it.
+    constexpr int kBatch = kMaxChunks < 4 ? kMaxChunks : 4;
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      const int64_t c = lane + static_cast<int64_t>(k) * W;
-      const bool active = c < chunks;
-      const bool load = active && kind == RowKind::kData;
-      float g[kChunkElems], u[kChunkElems], a[kChunkElems];
-      load_chunk8<T, kVec>(gate + c * kChunkElems, load, g);
-      load_chunk8<T, kVec>(gate + p.H + c * kChunkElems, load, u);
+    for (int k0 = 0; k0 < kMaxChunks; k0 += kBatch) {
+      RawChunk<T> graw[kBatch], uraw[kBatch];
 #pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) a[i] = round_to<T>(mul_rn(round_to<T>(silu_fp32(g[i])), u[i]));
-      quant_store_chunk(p.out, a, active, kind, e, t, c, group_lanes, lane_in_group);
+      for (int b = 0; b < kBatch; ++b) {
+        const int64_t c = lane + static_cast<int64_t>(k0 + b) * W;
+        const bool load = c < chunks && kind == RowKind::kData;
+        graw[b] = load_raw8<T, kVec>(gate + c * kChunkElems, load);
+        uraw[b] = load_raw8<T, kVec>(gate + p.H + c * kChunkElems, load);
+      }
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int64_t c = lane + static_cast<int64_t>(k0 + b) * W;
+        float g[kChunkElems], u[kChunkElems], a[kChunkElems];
+        raw_to_floats<T>(graw[b], g);
+        raw_to_floats<T>(uraw[b], u);
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) a[i] = round_to<T>(mul_rn(round_to<T>(silu_fp32(g[i])), u[i]));
+        quant_store_chunk(p.out, a, c < chunks, kind, e, t, c, group_lanes, lane_in_group);
+      }
     }
   }
 }
@@ -281,23 +401,36 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     const int64_t t = v0 + slot;
     const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
     const bool data = kind == RowKind::kData;
-    float r[kMaxChunks][kChunkElems];
+    // Every load of the row first (x, and the residual), then r = T(x + residual) kept raw.
+    RawChunk<T> r[kMaxChunks];
     float acc = 0.0f;
+    {
+      RawChunk<T> rres[kResidual ? kMaxChunks : 1];
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      const int64_t c = lane + static_cast<int64_t>(k) * W;
-      const bool load = data && c < chunks;
-      load_chunk8<T, kVec>(x + t * p.x_stride + c * kChunkElems, load, r[k]);
-      if constexpr (kResidual) {
-        float rv[kChunkElems];
-        load_chunk8<T, kVec>(res + t * p.r_stride + c * kChunkElems, load, rv);
-#pragma unroll
-        for (int i = 0; i < kChunkElems; ++i) r[k][i] = round_to<T>(add_rn(r[k][i], rv[i]));
-        if (load) store_chunk8<T, kVec>(res + t * p.r_stride + c * kChunkElems, r[k]);
+      for (int k = 0; k < kMaxChunks; ++k) {
+        const int64_t c = lane + static_cast<int64_t>(k) * W;
+        const bool load = data && c < chunks;
+        r[k] = load_raw8<T, kVec>(x + t * p.x_stride + c * kChunkElems, load);
+        if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res + t * p.r_stride + c * kChunkElems, load);
       }
-      if (load) {
 #pragma unroll
-        for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(r[k][i], r[k][i], acc);
+      for (int k = 0; k < kMaxChunks; ++k) {
+        const int64_t c = lane + static_cast<int64_t>(k) * W;
+        const bool load = data && c < chunks;
+        float v[kChunkElems];
+        raw_to_floats<T>(r[k], v);
+        if constexpr (kResidual) {
+          float rv[kChunkElems];
+          raw_to_floats<T>(rres[k], rv);
+#pragma unroll
+          for (int i = 0; i < kChunkElems; ++i) v[i] = round_to<T>(add_rn(v[i], rv[i]));
+          r[k] = floats_to_raw<T>(v);
+          if (load) store_raw8<T, kVec>(res + t * p.r_stride + c * kChunkElems, r[k]);
+        }
+        if (load) {
+#pragma unroll
+          for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+        }
       }
     }
     // The pairwise sums of fused_quant.h: within 32 lanes, then over the row's warps.
@@ -329,10 +462,11 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     for (int k = 0; k < kMaxChunks; ++k) {
       const int64_t c = lane + static_cast<int64_t>(k) * W;
       const bool active = c < chunks;
-      float w[kChunkElems], y[kChunkElems];
+      float w[kChunkElems], y[kChunkElems], v[kChunkElems];
       load_chunk8<T, kVec>(weight + c * kChunkElems, data && active, w);
+      raw_to_floats<T>(r[k], v);
 #pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) y[i] = round_to<T>(mul_rn(mul_rn(r[k][i], inv), w[i]));
+      for (int i = 0; i < kChunkElems; ++i) y[i] = round_to<T>(mul_rn(mul_rn(v[i], inv), w[i]));
       quant_store_chunk(p.out, y, active, kind, 0, t, c, group_lanes, lane_in_group);
     }
   }
@@ -351,24 +485,24 @@ __global__ void __launch_bounds__(kRowBlockThreads) block_quant_kernel(const Blo
   const bool full_chunk = k + kChunkElems <= p.K;
   wait_for_prior_grid();
   allow_next_grid();
-  float v[kRowsPerThread][kChunkElems];
+  // Raw 16-byte words in registers (half the registers of floats), converted where used.
+  RawChunk<T> v[kRowsPerThread];
 #pragma unroll
   for (int j = 0; j < kRowsPerThread; ++j) {
     const int64_t n = n0 + row0 + 16 * j;
     const T* src = w + n * p.w_stride_n + k;
     if (n < p.N && full_chunk) {
-      load_chunk8<T, kVec>(src, true, v[j]);
+      v[j] = load_raw8<T, kVec>(src, true);
     } else {
+      float f[kChunkElems];
 #pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) v[j][i] = n < p.N && k + i < p.K ? load_elem(src, i) : 0.0f;
+      for (int i = 0; i < kChunkElems; ++i) f[i] = n < p.N && k + i < p.K ? load_elem(src, i) : 0.0f;
+      v[j] = floats_to_raw<T>(f);
     }
   }
   float amax = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kRowsPerThread; ++j) {
-#pragma unroll
-    for (int i = 0; i < kChunkElems; ++i) amax = fmax_nonan(amax, finite_abs(v[j][i]));
-  }
+  for (int j = 0; j < kRowsPerThread; ++j) amax = fmax_nonan(amax, raw_finite_amax<T>(v[j]));
 #pragma unroll
   for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
   if ((threadIdx.x & 31) == 0) warp_amax[threadIdx.x / 32] = amax;
@@ -382,7 +516,9 @@ __global__ void __launch_bounds__(kRowBlockThreads) block_quant_kernel(const Blo
   for (int j = 0; j < kRowsPerThread; ++j) {
     const int64_t n = n0 + row0 + 16 * j;
     if (n >= p.N || k >= p.K) continue;
-    const uint2 c = codes8(v[j], rcp);
+    float f[kChunkElems];
+    raw_to_floats<T>(v[j], f);
+    const uint2 c = codes8(f, rcp);
     uint8_t* dst = p.q + (e * p.N + n) * p.K + k;
     if (full_chunk && aligned_q) {
       *reinterpret_cast<uint2*>(dst) = c;
@@ -416,11 +552,11 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
-#define FP8OPS_SILU_LAUNCH(C)                                                                                       \
-  {                                                                                                                 \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, C, kMasked>;                                             \
-    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                 \
+#define FP8OPS_SILU_LAUNCH(C)                                                                                    \
+  {                                                                                                              \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, C, kMasked>;                                          \
+    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, kMasked ? kMaskedBlocksPerSm : 0, sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);              \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH
@@ -431,7 +567,7 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
   const bool masked = p.masked_m != nullptr;
   if ((masked ? p.E * p.T_q : p.T_s) == 0 || p.H == 0) return cudaSuccess;
   if (masked && p.E > kMaskedMaxExperts) return cudaErrorInvalidValue;
-  const RowShape s = row_shape(p.H / kChunkElems);
+  const RowShape s = row_shape(p.H / kChunkElems, kSiluChunksPerLane);
   const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
   if (masked) {
     return vec ? launch_silu_mul_quant_impl<T, true, true>(p, s, sm_count, stream, pdl)
@@ -446,11 +582,11 @@ cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowSha
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
-#define FP8OPS_RMS_LAUNCH(C)                                                                                         \
-  {                                                                                                                  \
-    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;                              \
-    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                  \
+#define FP8OPS_RMS_LAUNCH(C)                                                                        \
+  {                                                                                                 \
+    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;             \
+    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, 0, sm_count);                  \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2); \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
 #undef FP8OPS_RMS_LAUNCH
@@ -459,7 +595,7 @@ cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowSha
 template <typename T>
 cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   if (p.T_s == 0 || p.out.D == 0) return cudaSuccess;
-  const RowShape s = row_shape(p.out.D / kChunkElems);
+  const RowShape s = row_shape(p.out.D / kChunkElems, kRmsChunksPerLane);
   if (s.chunks_per_lane > kRmsMaxChunksPerLane) return cudaErrorInvalidValue;
   const bool vec = row_vec_ok<T>(p.x, p.x_stride) && row_vec_ok<T>(p.weight, 0) &&
                    (p.residual == nullptr || row_vec_ok<T>(p.residual, p.r_stride));

@@ -13,21 +13,28 @@ namespace fp8ops {
 constexpr int kChunkElems = 8;         // elements of a row per chunk (one 16-byte load of bf16/fp16)
 constexpr int kRowBlockThreads = 256;  // threads per block of the row kernels
 
-// How a row of D elements (chunks = D / 8) is shared out: lane j of W lanes owns chunks
-// j, j + W, j + 2W, ... (W the largest power of two <= min(256, chunks)); a block holds 256 / W
-// rows. rms_norm_quant's sum of squares follows it: lane j folds the squares of its elements,
-// chunk by chunk in that order, into one fused multiply-add chain from 0; the W partial sums are
-// then added pairwise, a[j] + a[j ^ o] for o = min(W, 32) / 2, ..., 2, 1 (within each 32 lanes),
-// and, when W > 32, the W / 32 warp sums likewise for o = W / 64, ..., 1; the sum is entry 0.
+// How a row of `chunks` 8-element chunks is shared out: lane j of W lanes owns chunks j, j + W,
+// j + 2W, ...; a block of 256 threads holds 256 / W rows. W is the largest power of two up to
+// chunks / per_lane (so that a lane has about per_lane chunks in flight), at least
+// min(16, chunks) rounded down to a power of two (a group's chunks never span rows) and at most
+// 256. rms_norm_quant (per_lane kRmsChunksPerLane) sums its squares in that layout: lane j folds
+// the squares of its elements, chunk by chunk in that order, into one fused multiply-add chain
+// from 0; the W partial sums are then added pairwise, a[j] + a[j ^ o] for
+// o = min(W, 32) / 2, ..., 2, 1 (within each 32 lanes), and, when W > 32, the W / 32 warp sums
+// likewise for o = W / 64, ..., 1; the sum is entry 0.
 struct RowShape {
   uint32_t lanes;            // W
   uint32_t chunks_per_lane;  // ceil(chunks / W)
   uint32_t rows_per_block;   // 256 / W
 };
 
-inline RowShape row_shape(int64_t chunks) {
+constexpr uint32_t kSiluChunksPerLane = 4;
+constexpr uint32_t kRmsChunksPerLane = 2;
+
+inline RowShape row_shape(int64_t chunks, uint32_t per_lane) {
   uint32_t w = 1;
-  while (w * 2 <= kRowBlockThreads && static_cast<int64_t>(w) * 2 <= chunks) w *= 2;
+  while (w * 2 <= kRowBlockThreads && static_cast<int64_t>(w) * 2 * per_lane <= chunks) w *= 2;
+  while (w < 16 && static_cast<int64_t>(w) * 2 <= chunks) w *= 2;
   return {w, static_cast<uint32_t>((chunks + w - 1) / w), kRowBlockThreads / w};
 }
 
@@ -84,6 +91,21 @@ struct BlockQuantParams {
   float eps;
   bool ue8m0;
 };
+
+// The TMA padding of masked mode's MN-major scales (rows Mmax..Ma-1 of every expert, Ma =
+// s_stride_s): word i of the E * C * (Ma - Mmax) words, C the scale columns (packed words or
+// groups). Zero, as every layout's padding; the rows below Mmax past masked_m stay untouched.
+FP8OPS_HD int64_t masked_pad_words(const SiluMulQuantParams& p) {
+  if (p.masked_m == nullptr || p.out.s_stride_t != 1) return 0;
+  const int64_t C = p.out.packed ? (p.out.S + 3) / 4 : p.out.S;
+  return p.E * C * (p.out.s_stride_s - p.T_q);
+}
+
+FP8OPS_HD int64_t masked_pad_word_offset(const SiluMulQuantParams& p, int64_t i) {
+  const int64_t pad = p.out.s_stride_s - p.T_q, C = p.out.packed ? (p.out.S + 3) / 4 : p.out.S;
+  const int64_t e = i / (C * pad), c = i / pad % C, r = i % pad;
+  return e * p.out.s_stride_e + c * p.out.s_stride_s + p.T_q + r;
+}
 
 // Word offset of scale group s of row (e, t); for packed scales, the word that holds its byte.
 FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int64_t s) {
