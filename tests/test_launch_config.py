@@ -152,13 +152,14 @@ def test_pdl_setting_round_trips():
 
 
 # (chunks of 8 elements per row, op) -> (lanes W, chunks per lane, rows per 256-thread block): W is
-# the largest power of two up to 256 leaving a lane about 4 chunks (silu) or 2 (rms), but at least
-# 16 lanes (or all chunks, when fewer). So silu's H = 2048 (256 chunks) takes 64 lanes of 4 chunks
-# and four rows per block; rms's D = 7168 (896 chunks) 256 lanes of 3.5, D = 1536 64 lanes of 3.
+# the largest power of two up to 256 leaving a lane about 1 chunk (silu) or 2 (rms), but at least
+# 16 lanes (or all chunks, when fewer). So silu's H = 2048 (256 chunks) takes 256 lanes of one
+# chunk, one row per block; rms's D = 7168 (896 chunks) 256 lanes of 3.5, D = 1536 64 lanes of 3.
 ROW_SHAPES = {
     (4, "silu"): (4, 1, 64),
     (16, "silu"): (16, 1, 16),
-    (256, "silu"): (64, 4, 4),
+    (64, "silu"): (64, 1, 4),
+    (256, "silu"): (256, 1, 1),
     (2304, "silu"): (256, 9, 1),
     (4, "rms"): (4, 1, 64),
     (64, "rms"): (32, 2, 8),
@@ -185,7 +186,7 @@ def test_row_shape_lanes_hold_whole_groups():
 
 
 def test_row_grid_caps():
-    assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # masked: two blocks per SM
+    assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # masked: at most the resident blocks
     assert _native.row_grid_blocks(100, 4, 2, 132) == 25
     assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # flat: no cap
     assert _native.row_grid_blocks(1 << 20, 4, 0, 132) == 1 << 18

@@ -552,11 +552,12 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
-#define FP8OPS_SILU_LAUNCH(C)                                                                                    \
-  {                                                                                                              \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, C, kMasked>;                                          \
-    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, kMasked ? kMaskedBlocksPerSm : 0, sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);              \
+#define FP8OPS_SILU_LAUNCH(C)                                                                                 \
+  {                                                                                                           \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, C, kMasked>;                                       \
+    const uint32_t blocks =                                                                                   \
+        row_grid_blocks(rows, s.rows_per_block, kMasked ? resident_blocks_per_sm<kernel>(256) : 0, sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);           \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH

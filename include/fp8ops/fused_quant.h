@@ -28,7 +28,7 @@ struct RowShape {
   uint32_t rows_per_block;   // 256 / W
 };
 
-constexpr uint32_t kSiluChunksPerLane = 4;
+constexpr uint32_t kSiluChunksPerLane = 1;
 constexpr uint32_t kRmsChunksPerLane = 2;
 
 inline RowShape row_shape(int64_t chunks, uint32_t per_lane) {

@@ -9,10 +9,6 @@
 
 namespace fp8ops {
 
-// silu_mul_quant's masked grid: at most this many blocks per multiprocessor, striding over the
-// valid rows, so that few valid rows cost few blocks (the counts are on the device).
-constexpr int kMaskedBlocksPerSm = 2;
-
 // rms_norm_quant keeps a row in registers: at most 8 chunks per lane, so D <= 8 * 8 * 256.
 constexpr uint32_t kRmsMaxChunksPerLane = 8;
 constexpr int64_t kRmsMaxD = int64_t(kRmsMaxChunksPerLane) * kChunkElems * kRowBlockThreads;
@@ -26,7 +22,8 @@ inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
 }
 
 // Blocks of the grid that strides over rows: enough for every row, at most
-// blocks_per_sm * sm_count (0: no cap, one block per row slot).
+// blocks_per_sm * sm_count (0: no cap, one block per row slot). silu_mul_quant's masked mode caps
+// it at the resident blocks (the valid rows are known on the device only).
 inline uint32_t row_grid_blocks(int64_t rows, uint32_t rows_per_block, int blocks_per_sm, int sm_count) {
   const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
   const int64_t resident = int64_t(blocks_per_sm) * sm_count;
