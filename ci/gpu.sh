@@ -65,7 +65,7 @@ if [ "$stage" = sanitize ] || [ "$stage" = all ]; then
   unset PYTORCH_NO_CUDA_MEMORY_CACHING
 fi
 # The benchmark runs even after a test failure (its own self-check stops it on a wrong kernel),
-# so that one GPU session yields both; the script still fails at the end.
+# so that one GPU run yields both; the script still fails at the end.
 if [ "$stage" = bench ] || [ "$stage" = all ]; then
   $PY -m fp8ops.bench ${BENCH_ARGS:-} --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" || status=1
 fi

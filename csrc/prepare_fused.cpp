@@ -1,5 +1,6 @@
 // Preparation of the fused ops (silu_mul_quant, rms_norm_quant) and block_quant: checks, output
 // allocation and kernel parameters, shared by the CPU and CUDA backends.
+#include <array>
 #include <limits>
 
 #include "fp8ops/fused_quant_launch.h"
@@ -11,6 +12,26 @@ namespace {
 
 // The per-token output of M rows of D codes (flat silu_mul_quant, rms_norm_quant): q [Mp, D]
 // and the scale in `layout`, with the kernels' row counts.
+// Where a row kernel writes: q rows of D codes (q_rows per expert), scales with strides
+// (expert, row, group or packed word) in words.
+RowQuantOut row_out(Tensor& q, Tensor& scale, int64_t q_rows, const std::array<int64_t, 3>& strides, int64_t D,
+                    int64_t group_size, double eps, ScaleLayout layout, bool ue8m0) {
+  RowQuantOut o{};
+  o.q = static_cast<uint8_t*>(q.mutable_data_ptr());
+  o.q_rows = q_rows;
+  o.scale = scale.mutable_data_ptr();
+  o.s_stride_e = strides[0];
+  o.s_stride_t = strides[1];
+  o.s_stride_s = strides[2];
+  o.D = D;
+  o.group_size = static_cast<int32_t>(group_size);
+  o.S = static_cast<int32_t>(D / group_size);
+  o.eps = static_cast<float>(eps);
+  o.packed = layout == ScaleLayout::kColTmaPacked;
+  o.ue8m0 = ue8m0 || o.packed;
+  return o;
+}
+
 struct FlatOut {
   Tensor q, scale;
   RowQuantOut out;
@@ -31,19 +52,7 @@ FlatOut flat_out(const char* op, const Tensor& like, int64_t M, int64_t D, int64
             {},
             Mp,
             geo.rows_padded};
-  RowQuantOut& o = f.out;
-  o.q = static_cast<uint8_t*>(f.q.mutable_data_ptr());
-  o.q_rows = Mp;
-  o.scale = f.scale.mutable_data_ptr();
-  o.s_stride_e = 0;
-  o.s_stride_t = geo.strides[0];
-  o.s_stride_s = geo.strides[1];
-  o.D = D;
-  o.group_size = static_cast<int32_t>(group_size);
-  o.S = static_cast<int32_t>(S);
-  o.eps = static_cast<float>(eps);
-  o.packed = layout == ScaleLayout::kColTmaPacked;
-  o.ue8m0 = ue8m0 || o.packed;
+  f.out = row_out(f.q, f.scale, Mp, {0, geo.strides[0], geo.strides[1]}, D, group_size, eps, layout, ue8m0);
   return f;
 }
 
@@ -122,19 +131,8 @@ PreparedSiluMulQuant prepare_silu_mul_quant(const Tensor& x, int64_t group_size,
   p.masked_m = static_cast<const int32_t*>(m.const_data_ptr());
   p.E = E;
   p.T = p.T_q = p.T_s = Mmax;
-  RowQuantOut& o = p.out;
-  o.q = static_cast<uint8_t*>(prep.q.mutable_data_ptr());
-  o.q_rows = Mmax;
-  o.scale = prep.scale.mutable_data_ptr();
-  o.s_stride_e = geo.strides[0];
-  o.s_stride_t = geo.strides[1];
-  o.s_stride_s = geo.strides[2];
-  o.D = H;
-  o.group_size = static_cast<int32_t>(group_size);
-  o.S = static_cast<int32_t>(S);
-  o.eps = static_cast<float>(eps);
-  o.packed = layout == ScaleLayout::kColTmaPacked;
-  o.ue8m0 = ue8m0 || o.packed;
+  p.out = row_out(prep.q, prep.scale, Mmax, {geo.strides[0], geo.strides[1], geo.strides[2]}, H, group_size, eps,
+                  layout, ue8m0);
   return prep;
 }
 

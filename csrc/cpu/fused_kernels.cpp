@@ -8,38 +8,12 @@
 #include <vector>
 
 #include "../ops.h"
+#include "elements.h"
 #include "fp8ops/fused_quant.h"
 #include "fp8ops/numerics.h"
 
 namespace fp8ops {
 namespace {
-
-template <typename T>
-float to_float(const void* base, int64_t i) {
-  return static_cast<float>(static_cast<const T*>(base)[i]);
-}
-
-// v rounded to T (to nearest even; identity for fp32).
-template <typename T>
-float round_to(float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    return v;
-  } else {
-    return v != v ? v : static_cast<float>(T(v));
-  }
-}
-
-// Writes v rounded to T at element i of base, NaN as the canonical quiet NaN.
-template <typename T>
-void store_elem(void* base, int64_t i, float v) {
-  if constexpr (std::is_same_v<T, float>) {
-    static_cast<float*>(base)[i] = v;
-  } else {
-    const uint16_t nan = std::is_same_v<T, c10::BFloat16> ? 0x7FC0 : 0x7E00;
-    const uint16_t bits = v != v ? nan : T(v).x;
-    std::memcpy(static_cast<uint16_t*>(base) + i, &bits, 2);
-  }
-}
 
 // Quantizes row (e, t) of a (D values; null for a padding row) into o: codes when write_q,
 // scales always.
@@ -92,7 +66,7 @@ template <typename T>
 void silu_mul_row(const SiluMulQuantParams& p, int64_t e, int64_t t, float* a) {
   const int64_t base = e * p.x_stride_e + t * p.x_stride_t;
   for (int64_t k = 0; k < p.H; ++k) {
-    const float g = to_float<T>(p.x, base + k), u = to_float<T>(p.x, base + p.H + k);
+    const float g = load_float<T>(p.x, base + k), u = load_float<T>(p.x, base + p.H + k);
     a[k] = round_to<T>(mul_rn(round_to<T>(silu_fp32(g)), u));
   }
 }
@@ -150,15 +124,15 @@ void rms_norm_quant_typed(const RmsNormQuantParams& p) {
   const int64_t D = p.out.D;
   flat_rows(p.out, p.T, p.T_q, p.T_s, D, [&](int64_t t, float* y) {
     for (int64_t k = 0; k < D; ++k) {
-      float r = to_float<T>(p.x, t * p.x_stride + k);
+      float r = load_float<T>(p.x, t * p.x_stride + k);
       if (p.residual != nullptr) {
-        r = round_to<T>(add_rn(r, to_float<T>(p.residual, t * p.r_stride + k)));
+        r = round_to<T>(add_rn(r, load_float<T>(p.residual, t * p.r_stride + k)));
         store_elem<T>(p.residual, t * p.r_stride + k, r);
       }
       y[k] = r;
     }
     const float inv = rms_inverse(row_sum_squares(y, D), static_cast<float>(D), p.norm_eps);
-    for (int64_t k = 0; k < D; ++k) y[k] = round_to<T>(mul_rn(mul_rn(y[k], inv), to_float<T>(p.weight, k)));
+    for (int64_t k = 0; k < D; ++k) y[k] = round_to<T>(mul_rn(mul_rn(y[k], inv), load_float<T>(p.weight, k)));
   });
 }
 
@@ -172,13 +146,13 @@ void block_quant_typed(const BlockQuantParams& p) {
       float amax = 0.0f;
       for (int64_t n = n0; n < n1; ++n) {
         for (int64_t k = k0; k < k1; ++k) {
-          amax = fmax_nonan(amax, finite_abs(to_float<T>(p.w, e * p.w_stride_e + n * p.w_stride_n + k)));
+          amax = fmax_nonan(amax, finite_abs(load_float<T>(p.w, e * p.w_stride_e + n * p.w_stride_n + k)));
         }
       }
       const float scale = group_scale(amax, p.eps, p.ue8m0), r = 1.0f / scale;
       for (int64_t n = n0; n < n1; ++n) {
         for (int64_t k = k0; k < k1; ++k) {
-          const float v = to_float<T>(p.w, e * p.w_stride_e + n * p.w_stride_n + k);
+          const float v = load_float<T>(p.w, e * p.w_stride_e + n * p.w_stride_n + k);
           p.q[(e * p.N + n) * p.K + k] = e4m3_bits_host(scaled_clamped(v, r));
         }
       }

@@ -7,15 +7,11 @@
 #include <cstring>
 
 #include "../ops.h"
+#include "elements.h"
 #include "fp8ops/numerics.h"
 
 namespace fp8ops {
 namespace {
-
-template <typename T>
-float load_float(const void* base, int64_t i) {
-  return static_cast<float>(static_cast<const T*>(base)[i]);
-}
 
 template <typename T>
 void group_quant_rows(const GroupQuantParams& p, int64_t row_begin, int64_t row_end) {
@@ -57,30 +53,12 @@ void group_quant_rows(const GroupQuantParams& p, int64_t row_begin, int64_t row_
 }
 
 template <typename T>
-void store_out(void* out, int64_t i, float v);
-template <>
-void store_out<float>(void* out, int64_t i, float v) {
-  static_cast<float*>(out)[i] = v;
-}
-template <>
-void store_out<c10::BFloat16>(void* out, int64_t i, float v) {
-  // NaN is written as the canonical quiet NaN, as the CUDA kernel does.
-  const uint16_t bits = v != v ? 0x7FC0 : c10::BFloat16(v).x;
-  std::memcpy(static_cast<uint16_t*>(out) + i, &bits, 2);
-}
-template <>
-void store_out<c10::Half>(void* out, int64_t i, float v) {
-  const uint16_t bits = v != v ? 0x7E00 : c10::Half(v).x;
-  std::memcpy(static_cast<uint16_t*>(out) + i, &bits, 2);
-}
-
-template <typename T>
 void dequant_rows(const DequantParams& p, int64_t row_begin, int64_t row_end) {
   for (int64_t bm = row_begin; bm < row_end; ++bm) {
     const int64_t b = bm / p.M, m = bm % p.M;
     for (int64_t k = 0; k < p.K; ++k) {
       const uint8_t c = p.q[b * p.q_stride_b + m * p.q_stride_m + k * p.q_stride_k];
-      store_out<T>(p.out, bm * p.K + k, e4m3_to_float(c) * dequant_scale(p, b, m, k / p.group_size));
+      store_elem<T>(p.out, bm * p.K + k, e4m3_to_float(c) * dequant_scale(p, b, m, k / p.group_size));
     }
   }
 }

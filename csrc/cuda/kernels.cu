@@ -41,6 +41,21 @@ int device_attribute(int32_t device, const char* what) {
   return n;
 }
 
+template <typename T>
+struct Type {
+  using type = T;
+};
+
+// Calls launch with Type<T> for the CUDA element type T of dtype (bf16, fp16, else fp32).
+template <typename F>
+cudaError_t by_dtype(ScalarType dtype, F&& launch) {
+  switch (dtype) {
+    case ScalarType::BFloat16: return launch(Type<__nv_bfloat16>{});
+    case ScalarType::Half: return launch(Type<__half>{});
+    default: return launch(Type<float>{});
+  }
+}
+
 int sm_count(int32_t device) { return device_attribute<cudaDevAttrMultiProcessorCount>(device, "sm_count"); }
 int64_t l2_bytes(int32_t device) { return device_attribute<cudaDevAttrL2CacheSize>(device, "l2_bytes"); }
 
@@ -51,12 +66,9 @@ void run_group_quant_cuda(const PreparedGroupQuant& prep) {
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const int sms = sm_count(device);
-  cudaError_t err = cudaSuccess;
-  switch (prep.x_dtype) {
-    case ScalarType::BFloat16: err = launch_group_quant<__nv_bfloat16>(prep.params, sms, stream, pdl_enabled()); break;
-    case ScalarType::Half: err = launch_group_quant<__half>(prep.params, sms, stream, pdl_enabled()); break;
-    default: err = launch_group_quant<float>(prep.params, sms, stream, pdl_enabled()); break;
-  }
+  const cudaError_t err = by_dtype(prep.x_dtype, [&](auto t) {
+    return launch_group_quant<typename decltype(t)::type>(prep.params, sms, stream, pdl_enabled());
+  });
   FP8OPS_CUDA_CHECK(err, "group quantization kernel");
 }
 
@@ -70,12 +82,8 @@ void run_dequant_cuda(const PreparedDequant& prep) {
   const int32_t device = prep.out.get_device_index();
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
-  cudaError_t err = cudaSuccess;
-  switch (prep.out_dtype) {
-    case ScalarType::BFloat16: err = launch_dequant<__nv_bfloat16>(prep.params, stream); break;
-    case ScalarType::Half: err = launch_dequant<__half>(prep.params, stream); break;
-    default: err = launch_dequant<float>(prep.params, stream); break;
-  }
+  const cudaError_t err =
+      by_dtype(prep.out_dtype, [&](auto t) { return launch_dequant<typename decltype(t)::type>(prep.params, stream); });
   FP8OPS_CUDA_CHECK(err, "dequant kernel");
 }
 
@@ -96,14 +104,9 @@ void run_silu_mul_quant_cuda(const PreparedSiluMulQuant& prep) {
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const int sms = sm_count(device);
-  cudaError_t err = cudaSuccess;
-  switch (prep.dtype) {
-    case ScalarType::BFloat16:
-      err = launch_silu_mul_quant<__nv_bfloat16>(prep.params, sms, stream, pdl_enabled());
-      break;
-    case ScalarType::Half: err = launch_silu_mul_quant<__half>(prep.params, sms, stream, pdl_enabled()); break;
-    default: err = launch_silu_mul_quant<float>(prep.params, sms, stream, pdl_enabled()); break;
-  }
+  const cudaError_t err = by_dtype(prep.dtype, [&](auto t) {
+    return launch_silu_mul_quant<typename decltype(t)::type>(prep.params, sms, stream, pdl_enabled());
+  });
   FP8OPS_CUDA_CHECK(err, "silu_mul_quant kernel");
 }
 
@@ -112,14 +115,9 @@ void run_rms_norm_quant_cuda(const PreparedRmsNormQuant& prep) {
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const int sms = sm_count(device);
-  cudaError_t err = cudaSuccess;
-  switch (prep.dtype) {
-    case ScalarType::BFloat16:
-      err = launch_rms_norm_quant<__nv_bfloat16>(prep.params, sms, stream, pdl_enabled());
-      break;
-    case ScalarType::Half: err = launch_rms_norm_quant<__half>(prep.params, sms, stream, pdl_enabled()); break;
-    default: err = launch_rms_norm_quant<float>(prep.params, sms, stream, pdl_enabled()); break;
-  }
+  const cudaError_t err = by_dtype(prep.dtype, [&](auto t) {
+    return launch_rms_norm_quant<typename decltype(t)::type>(prep.params, sms, stream, pdl_enabled());
+  });
   FP8OPS_CUDA_CHECK(err, "rms_norm_quant kernel");
 }
 
@@ -127,12 +125,9 @@ void run_block_quant_cuda(const PreparedBlockQuant& prep) {
   const int32_t device = prep.q.get_device_index();
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
-  cudaError_t err = cudaSuccess;
-  switch (prep.dtype) {
-    case ScalarType::BFloat16: err = launch_block_quant<__nv_bfloat16>(prep.params, stream, pdl_enabled()); break;
-    case ScalarType::Half: err = launch_block_quant<__half>(prep.params, stream, pdl_enabled()); break;
-    default: err = launch_block_quant<float>(prep.params, stream, pdl_enabled()); break;
-  }
+  const cudaError_t err = by_dtype(prep.dtype, [&](auto t) {
+    return launch_block_quant<typename decltype(t)::type>(prep.params, stream, pdl_enabled());
+  });
   FP8OPS_CUDA_CHECK(err, "block_quant kernel");
 }
 

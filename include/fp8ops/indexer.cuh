@@ -433,8 +433,8 @@ __device__ __forceinline__ void indexer_prefetch(const IndexerParams& p, const F
   if (lane >= kHeads * kLinesPerHead || item >= items) return;
   const uint32_t b = div_h.div(item), h = item - b * div_h.divisor;
   prefetch_l2(reinterpret_cast<const char*>(indexer_q_head<T, kNarrow>(p, b, h)) + (lane % kLinesPerHead) * 128);
-  // The address indexer_position_raw reads, as a byte offset: its pointer select here changed the
-  // register allocation of the whole kernel (cuobjdump), so the measured kernels would change.
+  // The address indexer_position_raw reads, written as a byte offset: a pointer select here
+  // changes the register allocation of the whole kernel.
   if (lane == 0) prefetch_l2(static_cast<const char*>(p.positions) + b * p.pos_stride * (p.pos_int64 ? 8 : 4));
 }
 
