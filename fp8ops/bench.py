@@ -535,17 +535,17 @@ def print_tables(res: dict) -> None:
             print(" ".join(_cell(r, k, w, f) for k, _, w, f in cols))
 
 
-# Each section's plot: (x key, the key whose values make separate lines, [(y key, label)]).
+# Each section's plot: (x key, the keys whose values make separate lines, [(y key, label)]).
 PLOTS = {
-    "per_token": ("M", "layout", [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
-    "e2e": ("M", None, [("col_tma_route_us", "col_tma route"), ("row_route_us", "row route")]),
-    "group_major": ("T", "packed", [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
-    "indexer": ("B", None, [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
-    "silu": ("M", None, [("fp8ops_us", "fp8ops"), ("unfused_us", "unfused"), ("compiled_lean_us", "compiled")]),
-    "rms": ("M", "D", [("fp8ops_us", "fp8ops"), ("compiled_route_us", "compiled route")]),
-    "block": ("bytes", None, [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "per_token": ("M", ("K", "layout"), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "e2e": ("M", (), [("col_tma_route_us", "col_tma route"), ("row_route_us", "row route")]),
+    "group_major": ("T", ("G", "D", "packed"), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "indexer": ("B", (), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
+    "silu": ("M", (), [("fp8ops_us", "fp8ops"), ("unfused_us", "unfused"), ("compiled_lean_us", "compiled")]),
+    "rms": ("M", ("D", "residual"), [("fp8ops_us", "fp8ops"), ("compiled_route_us", "compiled route")]),
+    "block": ("bytes", (), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
 }
-CPU_PLOT = ("M", None, [("fp8ops_cpu_us", "fp8ops CPU"), ("torch_cpu_us", "torch CPU")])
+CPU_PLOT = ("M", (), [("fp8ops_cpu_us", "fp8ops CPU"), ("torch_cpu_us", "torch CPU")])
 
 
 def plot(res: dict, path: str) -> bool:
@@ -569,13 +569,13 @@ def plot(res: dict, path: str) -> bool:
     for ax, key in zip(axes.flat, panels, strict=False):
         xkey, split, series = CPU_PLOT if cpu else PLOTS[key]
         rows = [r for r in res[key] if xkey in r]
-        groups = sorted({r.get(split) for r in rows}, key=str) if split else [None]
+        groups = sorted({tuple(r.get(k) for k in split) for r in rows}, key=str)
         for g in groups:
-            sel = [r for r in rows if split is None or r.get(split) == g]
+            sel = [r for r in rows if tuple(r.get(k) for k in split) == g]
             for ykey, label in series:
                 pts = sorted((r[xkey], r[ykey]) for r in sel if ykey in r)
                 if pts:
-                    tag = f"{label} {split}={g}" if split else label
+                    tag = " ".join([label] + [f"{k}={v}" for k, v in zip(split, g, strict=True)])
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=tag)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")

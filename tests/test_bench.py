@@ -45,3 +45,18 @@ def test_no_rows_means_no_figure(tmp_path):
     png = tmp_path / "empty.png"
     assert bench.plot({"device": "cpu", "torch": torch.__version__}, str(png)) is False
     assert not png.exists()
+
+
+def test_gpu_results_plot_a_panel_per_section(tmp_path):
+    """A GPU run's JSON (here a small hand-made one) plots one labelled line per variant."""
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed")
+    rows = [
+        {"T": t, "G": 16, "D": d, "packed": p, "fp8ops_us": 1.0 + t, "compiled_lean_us": 2.0 + t}
+        for t in (1, 4096)
+        for d in (512, 4096)
+        for p in (False, True)
+    ]
+    res = {"device": "NVIDIA H200", "group_major": rows, "indexer": [{"B": 1, "fp8ops_us": 1.4}]}
+    png = tmp_path / "gpu.png"
+    assert bench.plot(res, str(png)) is True
+    assert png.stat().st_size > 0
