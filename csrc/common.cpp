@@ -80,6 +80,11 @@ void check_eps(const char* op, double eps) {
                ": eps must be finite, >= 1e-30 and representable in float32, got ", eps);
 }
 
+void check_group_size(const char* op, int64_t group_size) {
+  FP8OPS_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
+               ": group_size must be 32, 64 or 128, got ", group_size);
+}
+
 void check_same_device(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b) {
   int32_t ta = 0, tb = 0;
   STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_get_device_type(a.get(), &ta));

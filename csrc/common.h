@@ -71,9 +71,13 @@ bool below_work_limit(int64_t a, int64_t b, int64_t c = 1);
 // Row stride of x viewed as [-1, K]; fails (naming op) where that view would fail.
 int64_t flattened_row_stride(const char* op, const Tensor& x);
 
+// The product of x's leading dims (the rows of x viewed as [-1, K]).
+int64_t leading_rows(const Tensor& x);
+
 // Argument checks shared by the ops: each names the op and the argument.
 void check_float_input(const char* op, const char* arg, const Tensor& t, bool allow_fp32);
 void check_eps(const char* op, double eps);
+void check_group_size(const char* op, int64_t group_size);
 void check_same_device(const char* op, const char* arg_a, const Tensor& a, const char* arg_b, const Tensor& b);
 
 }  // namespace fp8ops

@@ -26,6 +26,11 @@ struct ScaleGeometry {
 // per_token_group_quant: logical [Mp, S] (or [Mp, ceil(S/4)] packed), Mp = align(M, pad_rows_to).
 ScaleGeometry per_token_scale_geometry(int64_t M, int64_t S, ScaleLayout layout, int64_t pad_rows_to);
 
+// per_token_scale_geometry after checking (naming op) that the padded row count and the scale
+// groups fit the kernels' 31-bit indices.
+ScaleGeometry checked_per_token_scale_geometry(const char* op, int64_t M, int64_t S, ScaleLayout layout,
+                                               int64_t pad_rows_to);
+
 // group_major_quant: logical [T, G, S] strides (1, S*Ta, Ta), or [T, G, P] int32 when packed.
 ScaleGeometry group_major_scale_geometry(int64_t T, int64_t G, int64_t S, bool packed);
 

@@ -30,13 +30,28 @@ int64_t flattened_row_stride(const char* op, const Tensor& x) {
   return row_stride;
 }
 
+int64_t leading_rows(const Tensor& x) {
+  int64_t M = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
+  return M;
+}
+
+ScaleGeometry checked_per_token_scale_geometry(const char* op, int64_t M, int64_t S, ScaleLayout layout,
+                                               int64_t pad_rows_to) {
+  FP8OPS_CHECK(align_rows(M, pad_rows_to) >= 0, op, ": the padded row count align(M, pad_rows_to) = align(", M, ", ",
+               pad_rows_to, ") must be below 2^31");
+  ScaleGeometry geo = per_token_scale_geometry(M, S, layout, pad_rows_to);
+  FP8OPS_CHECK(below_work_limit(geo.rows_padded, S), op,
+               ": x has too many scale groups; at most 2^31 - 1 (padded rows times K / group_size) are supported");
+  return geo;
+}
+
 PreparedGroupQuant prepare_per_token_group_quant(const Tensor& x, int64_t group_size, const std::string& scale_layout,
                                                  bool ue8m0, int64_t pad_rows_to, double eps) {
   const char* op = "per_token_group_quant";
   check_float_input(op, "x", x, /*allow_fp32=*/true);
   FP8OPS_CHECK(x.dim() >= 2, op, ": x must have at least 2 dims ([M, K] or [..., K]), got ", x.dim());
-  FP8OPS_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
-               ": group_size must be 32, 64 or 128, got ", group_size);
+  check_group_size(op, group_size);
   const ScaleLayout layout = parse_scale_layout(op, scale_layout);
   FP8OPS_CHECK(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to);
   check_eps(op, eps);
@@ -45,17 +60,11 @@ PreparedGroupQuant prepare_per_token_group_quant(const Tensor& x, int64_t group_
                ")");
   FP8OPS_CHECK(K == 0 || x.stride(x.dim() - 1) == 1, op, ": x's last dim must be contiguous (stride 1), got stride ",
                x.stride(x.dim() - 1));
-  int64_t M = 1;
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
+  const int64_t M = leading_rows(x);
   const int64_t row_stride = flattened_row_stride(op, x);
   const int64_t S = K / group_size;
-
-  FP8OPS_CHECK(align_rows(M, pad_rows_to) >= 0, op, ": the padded row count align(M, pad_rows_to) = align(", M, ", ",
-               pad_rows_to, ") must be below 2^31");
-  const ScaleGeometry geo = per_token_scale_geometry(M, S, layout, pad_rows_to);
+  const ScaleGeometry geo = checked_per_token_scale_geometry(op, M, S, layout, pad_rows_to);
   const int64_t Mp = geo.sizes[0];
-  FP8OPS_CHECK(below_work_limit(geo.rows_padded, S), op,
-               ": x has too many scale groups; at most 2^31 - 1 (padded rows times K / group_size) are supported");
 
   PreparedGroupQuant prep{new_contiguous(x, {Mp, K}, ScalarType::Float8_e4m3fn),
                           new_strided(x, geo.sizes, geo.strides, geo.storage_numel, geo.dtype),
@@ -168,8 +177,7 @@ PreparedDequant prepare_dequant(const Tensor& q, const Tensor& scale, int64_t gr
     FP8OPS_CHECK(scale.size(d) == q.size(d), op, ": scale.size(", d, ") = ", scale.size(d), " must equal q.size(", d,
                  ") = ", q.size(d));
   }
-  FP8OPS_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
-               ": group_size must be 32, 64 or 128, got ", group_size);
+  check_group_size(op, group_size);
   const int64_t K = q.size(q.dim() - 1);
   FP8OPS_CHECK(K % group_size == 0, op, ": q.size(-1) (K = ", K, ") must be a multiple of group_size (", group_size,
                ")");

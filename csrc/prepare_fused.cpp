@@ -10,8 +10,6 @@
 namespace fp8ops {
 namespace {
 
-// The per-token output of M rows of D codes (flat silu_mul_quant, rms_norm_quant): q [Mp, D]
-// and the scale in `layout`, with the kernels' row counts.
 // Where a row kernel writes: q rows of D codes (q_rows per expert), scales with strides
 // (expert, row, group or packed word) in words.
 RowQuantOut row_out(Tensor& q, Tensor& scale, int64_t q_rows, const std::array<int64_t, 3>& strides, int64_t D,
@@ -32,6 +30,8 @@ RowQuantOut row_out(Tensor& q, Tensor& scale, int64_t q_rows, const std::array<i
   return o;
 }
 
+// The per-token output of M rows of D codes (flat silu_mul_quant, rms_norm_quant): q [Mp, D]
+// and the scale in `layout`, with the kernels' row counts.
 struct FlatOut {
   Tensor q, scale;
   RowQuantOut out;
@@ -40,12 +40,7 @@ struct FlatOut {
 
 FlatOut flat_out(const char* op, const Tensor& like, int64_t M, int64_t D, int64_t group_size, ScaleLayout layout,
                  bool ue8m0, int64_t pad_rows_to, double eps) {
-  FP8OPS_CHECK(align_rows(M, pad_rows_to) >= 0, op, ": the padded row count align(M, pad_rows_to) = align(", M, ", ",
-               pad_rows_to, ") must be below 2^31");
-  const int64_t S = D / group_size;
-  const ScaleGeometry geo = per_token_scale_geometry(M, S, layout, pad_rows_to);
-  FP8OPS_CHECK(below_work_limit(geo.rows_padded, S), op,
-               ": x has too many scale groups; at most 2^31 - 1 (padded rows times K / group_size) are supported");
+  const ScaleGeometry geo = checked_per_token_scale_geometry(op, M, D / group_size, layout, pad_rows_to);
   const int64_t Mp = geo.sizes[0];
   FlatOut f{new_contiguous(like, {Mp, D}, ScalarType::Float8_e4m3fn),
             new_strided(like, geo.sizes, geo.strides, geo.storage_numel, geo.dtype),
@@ -54,17 +49,6 @@ FlatOut flat_out(const char* op, const Tensor& like, int64_t M, int64_t D, int64
             geo.rows_padded};
   f.out = row_out(f.q, f.scale, Mp, {0, geo.strides[0], geo.strides[1]}, D, group_size, eps, layout, ue8m0);
   return f;
-}
-
-void check_group_size(const char* op, int64_t group_size) {
-  FP8OPS_CHECK(group_size == 32 || group_size == 64 || group_size == 128, op,
-               ": group_size must be 32, 64 or 128, got ", group_size);
-}
-
-int64_t leading_rows(const Tensor& x) {
-  int64_t M = 1;
-  for (int64_t d = 0; d + 1 < x.dim(); ++d) M *= x.size(d);
-  return M;
 }
 
 }  // namespace

@@ -19,13 +19,15 @@ from ._layout import (
 E4M3 = torch.float8_e4m3fn
 
 
+def _flat_outputs(x, M, D, group_size, scale_layout, pad_rows_to):
+    sizes, strides, dtype = per_token_scale_geometry(M, D // group_size, scale_layout, pad_rows_to)
+    return x.new_empty((sizes[0], D), dtype=E4M3), x.new_empty_strided(sizes, strides, dtype=dtype)
+
+
 @torch.library.register_fake("fp8ops::per_token_group_quant")
 def _per_token_group_quant_fake(x, group_size=128, scale_layout="row", ue8m0=False, pad_rows_to=1, eps=1e-10):
     M = _checks.per_token_group_quant(x, group_size, scale_layout, pad_rows_to, eps)
-    K = x.shape[-1]
-    sizes, strides, dtype = per_token_scale_geometry(M, K // group_size, scale_layout, pad_rows_to)
-    q = x.new_empty((sizes[0], K), dtype=E4M3)
-    return q, x.new_empty_strided(sizes, strides, dtype=dtype)
+    return _flat_outputs(x, M, x.shape[-1], group_size, scale_layout, pad_rows_to)
 
 
 @torch.library.register_fake("fp8ops::group_major_quant")
@@ -57,11 +59,6 @@ def _indexer_q_quant_fake(
     _checks.indexer_q_quant(q, weight, weight_scale, cos_sin_cache, positions, eps)
     B, H, _ = q.shape
     return q.new_empty((B, H, 128), dtype=E4M3), q.new_empty((B, H, 1), dtype=torch.float32)
-
-
-def _flat_outputs(x, M, D, group_size, scale_layout, pad_rows_to):
-    sizes, strides, dtype = per_token_scale_geometry(M, D // group_size, scale_layout, pad_rows_to)
-    return x.new_empty((sizes[0], D), dtype=E4M3), x.new_empty_strided(sizes, strides, dtype=dtype)
 
 
 @torch.library.register_fake("fp8ops::silu_mul_quant")

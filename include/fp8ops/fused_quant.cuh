@@ -196,32 +196,6 @@ __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
   }
 }
 
-// Stores 8 floats, each rounded to T, at dst (the residual write-back of rms_norm_quant).
-template <typename T, bool kVec>
-__device__ __forceinline__ void store_chunk8(T* __restrict__ dst, const float (&v)[kChunkElems]) {
-  if constexpr (sizeof(T) == 4) {
-    if constexpr (kVec) {
-      reinterpret_cast<float4*>(dst)[0] = make_float4(v[0], v[1], v[2], v[3]);
-      reinterpret_cast<float4*>(dst)[1] = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) dst[i] = v[i];
-    }
-  } else {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
-    if constexpr (kVec) {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-    } else {
-      uint16_t* d = reinterpret_cast<uint16_t*>(dst);
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-        d[2 * i] = static_cast<uint16_t>(w[i]), d[2 * i + 1] = static_cast<uint16_t>(w[i] >> 16);
-    }
-  }
-}
-
 // What a row slot holds.
 enum class RowKind : int { kNone, kData, kQPad, kScalePad };
 
