@@ -38,15 +38,10 @@ __device__ __forceinline__ uint32_t float_to_elem_bits(float v) {
   }
 }
 
-// v rounded to T (identity for fp32).
-template <typename T>
-__device__ __forceinline__ float round_to(float v) {
-  if constexpr (sizeof(T) == 4) {
-    return v;
-  } else {
-    return elem_to_float<T>(float_to_elem_bits<T>(v));
-  }
-}
+__device__ __forceinline__ uint32_t bf162_bits(__nv_bfloat162 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ uint32_t half2_bits(__half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+__device__ __forceinline__ __nv_bfloat162 bits_bf162(uint32_t u) { return *reinterpret_cast<__nv_bfloat162*>(&u); }
+__device__ __forceinline__ __half2 bits_half2(uint32_t u) { return *reinterpret_cast<__half2*>(&u); }
 
 // Element i of src as a float.
 template <typename T>
@@ -58,41 +53,6 @@ __device__ __forceinline__ float load_elem(const T* src, int64_t i) {
   }
 }
 
-// 8 consecutive elements of T at src as floats; zeros when !ok. kVec: 16-byte loads (src
-// 16-byte aligned), else element loads.
-template <typename T, bool kVec>
-__device__ __forceinline__ void load_chunk8(const T* __restrict__ src, bool ok, float (&v)[kChunkElems]) {
-  if (!ok) {
-#pragma unroll
-    for (int i = 0; i < kChunkElems; ++i) v[i] = 0.0f;
-    return;
-  }
-  if constexpr (sizeof(T) == 4) {
-    if constexpr (kVec) {
-      const float4 a = reinterpret_cast<const float4*>(src)[0], b = reinterpret_cast<const float4*>(src)[1];
-      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-    } else {
-#pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) v[i] = src[i];
-    }
-  } else {
-    uint32_t w[4];
-    if constexpr (kVec) {
-      const uint4 r = *reinterpret_cast<const uint4*>(src);
-      w[0] = r.x, w[1] = r.y, w[2] = r.z, w[3] = r.w;
-    } else {
-      const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
-#pragma unroll
-      for (int i = 0; i < 4; ++i) w[i] = s[2 * i] | (static_cast<uint32_t>(s[2 * i + 1]) << 16);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = elem_to_float<T>(w[i] & 0xFFFFu);
-      v[2 * i + 1] = elem_to_float<T>(w[i] >> 16);
-    }
-  }
-}
-
 // A chunk of 8 elements of T as raw 16-byte words (two for fp32).
 template <typename T>
 struct RawChunk {
@@ -100,19 +60,34 @@ struct RawChunk {
   uint4 w[kWords];
 };
 
+// 16 bytes at src when ok, else zeros: one predicated load with no branch around it. A relaxed
+// (strong) load: the compiler keeps such loads in program order, so a batch of them is issued
+// together instead of each being moved down to its first use (which exposes the latency again).
+__device__ __forceinline__ uint4 load16_if(const uint4* src, bool ok) {
+  uint4 r;
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
+      " mov.b32 %3, 0;\n @p ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(src), "r"(static_cast<int>(ok)));
+  return r;
+}
+
 // The raw chunk at src (zeros when !ok): 16-byte loads when kVec, else element loads.
 template <typename T, bool kVec>
 __device__ __forceinline__ RawChunk<T> load_raw8(const T* __restrict__ src, bool ok) {
   RawChunk<T> r;
+  if constexpr (kVec) {
+#pragma unroll
+    for (int i = 0; i < RawChunk<T>::kWords; ++i) r.w[i] = load16_if(reinterpret_cast<const uint4*>(src) + i, ok);
+    return r;
+  }
   if (!ok) {
 #pragma unroll
     for (int i = 0; i < RawChunk<T>::kWords; ++i) r.w[i] = make_uint4(0u, 0u, 0u, 0u);
     return r;
   }
-  if constexpr (kVec) {
-#pragma unroll
-    for (int i = 0; i < RawChunk<T>::kWords; ++i) r.w[i] = reinterpret_cast<const uint4*>(src)[i];
-  } else if constexpr (sizeof(T) == 4) {
+  if constexpr (sizeof(T) == 4) {
     const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
     r.w[0] = make_uint4(s[0], s[1], s[2], s[3]);
     r.w[1] = make_uint4(s[4], s[5], s[6], s[7]);
@@ -163,6 +138,28 @@ __device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElem
   return r;
 }
 
+// 8 floats rounded to T (to nearest even) as a raw chunk, two per conversion instruction. A NaN
+// stays a NaN of any payload: for values that are only quantized (a NaN codes to 0), not stored.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems]) {
+  if constexpr (sizeof(T) == 4) {
+    return floats_to_raw<T>(v);
+  } else {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        w[i] = bf162_bits(__floats2bfloat162_rn(v[2 * i], v[2 * i + 1]));
+      } else {
+        w[i] = half2_bits(__floats2half2_rn(v[2 * i], v[2 * i + 1]));
+      }
+    }
+    RawChunk<T> r;
+    r.w[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    return r;
+  }
+}
+
 template <typename T, bool kVec>
 __device__ __forceinline__ void store_raw8(T* __restrict__ dst, const RawChunk<T>& r) {
   if constexpr (kVec) {
@@ -196,6 +193,20 @@ __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
   }
 }
 
+// L2 prefetch of the 128-byte lines of a row's chunks lane, lane + W, ... (and of the chunks
+// `second` elements further, when nonzero), one request per line.
+template <typename T>
+__device__ __forceinline__ void prefetch_row_lines(const T* row, int64_t second, uint32_t lane, uint32_t W,
+                                                   int64_t chunks) {
+  constexpr int64_t kChunksPerLine = 128 / (kChunkElems * sizeof(T));
+  for (int64_t c = lane; c < chunks; c += W) {
+    if (c % kChunksPerLine == 0) {
+      prefetch_l2(row + c * kChunkElems);
+      if (second != 0) prefetch_l2(row + second + c * kChunkElems);
+    }
+  }
+}
+
 // What a row slot holds.
 enum class RowKind : int { kNone, kData, kQPad, kScalePad };
 
@@ -206,36 +217,65 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r) 
   return make_uint2(zero_nan_codes(lo), zero_nan_codes(hi));
 }
 
-// Quantizes chunk c (8 values a) of row (e, t) and stores its codes and, from the group's first
-// lane, its scale. Every lane of the warp calls it (the group's amax is reduced over the
-// group_lanes lanes that hold its chunks); active: the chunk exists in the row.
-__device__ __forceinline__ void quant_store_chunk(const RowQuantOut& o, const float (&a)[kChunkElems], bool active,
-                                                  RowKind kind, int64_t e, int64_t t, int64_t c, uint32_t group_lanes,
-                                                  uint32_t lane_in_group) {
-  const bool data = kind == RowKind::kData && active;
-  float amax = 0.0f;
-  if (data) {
+// Quantizes the chunks a[k] (chunk c0 + k * W of row (e, t), 8 values of T each; c0 is the
+// lane's first) and stores their codes and, from each group's first lane, the scales. Every lane
+// of the warp calls it: a group's amax is reduced over the group_lanes lanes that hold its
+// chunks, for all k at once.
+template <typename T, int kN>
+__device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN], RowKind kind,
+                                                   int64_t e, int64_t t, int64_t c0, uint32_t W, int64_t chunks,
+                                                   uint32_t group_lanes) {
+  const bool data = kind == RowKind::kData;
+  float amax[kN];
 #pragma unroll
-    for (int i = 0; i < kChunkElems; ++i) amax = fmax_nonan(amax, finite_abs(a[i]));
+  for (int k = 0; k < kN; ++k) amax[k] = data && c0 + int64_t(k) * W < chunks ? raw_finite_amax<T>(a[k]) : 0.0f;
+  // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle, and a level
+  // past the group's lanes is dropped by a select.
+#pragma unroll
+  for (uint32_t off = 8; off > 0; off >>= 1) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, amax[k], off);
+      amax[k] = off < group_lanes ? fmaxf(amax[k], other) : amax[k];
+    }
   }
-  for (uint32_t off = group_lanes / 2; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, off));
-  if (!active || kind == RowKind::kNone) return;
-  const float scale = group_scale(amax, o.eps, o.ue8m0);
-  if (kind != RowKind::kScalePad) {
-    uint2 codes = make_uint2(0u, 0u);
-    if (data) codes = codes8(a, o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale));
-    *reinterpret_cast<uint2*>(o.q + (e * o.q_rows + t) * o.D + c * kChunkElems) = codes;
-  }
-  if (lane_in_group != 0) return;
-  const int64_t s = c * kChunkElems / o.group_size;
-  const int64_t word = row_scale_word(o, e, t, s);
-  if (!o.packed) {
-    static_cast<float*>(o.scale)[word] = data ? scale : 0.0f;
-  } else {
-    uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(o.scale) + word);
-    bytes[s & 3] = data ? static_cast<uint8_t>(ue8m0_exponent_of_power(scale)) : 0;
-    if (s == o.S - 1) {
-      for (int j = (s & 3) + 1; j < 4; ++j) bytes[j] = 0;
+  if (kind == RowKind::kNone) return;
+  const bool first_lane = (c0 & (group_lanes - 1)) == 0;  // W is a multiple of group_lanes
+#pragma unroll
+  for (int k = 0; k < kN; ++k) {
+    const int64_t c = c0 + int64_t(k) * W;
+    if (c >= chunks) break;
+    const float scale = group_scale(amax[k], o.eps, o.ue8m0);
+    if (kind != RowKind::kScalePad) {
+      uint2 codes = make_uint2(0u, 0u);
+      if (data) {
+        float v[kChunkElems];
+        raw_to_floats<T>(a[k], v);
+        codes = codes8(v, o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale));
+      }
+      *reinterpret_cast<uint2*>(o.q + (e * o.q_rows + t) * o.D + c * kChunkElems) = codes;
+    }
+    if (first_lane) {
+      const int64_t s = c >> (__ffs(static_cast<int>(group_lanes)) - 1);  // c / group_lanes, a power of two
+      const int64_t word = row_scale_word(o, e, t, s);
+      if (!o.packed) {
+        static_cast<float*>(o.scale)[word] = data ? scale : 0.0f;
+      } else {
+        // The group's byte; the last group of a row also zeroes the bytes after it in its word.
+        uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(o.scale) + word);
+        const uint32_t b = data ? ue8m0_exponent_of_power(scale) : 0u;
+        const int j = static_cast<int>(s & 3);
+        if (s != o.S - 1 || j == 3) {
+          bytes[j] = static_cast<uint8_t>(b);
+        } else if (j == 0) {
+          *reinterpret_cast<uint32_t*>(bytes) = b;
+        } else if (j == 1) {
+          bytes[1] = static_cast<uint8_t>(b);
+          *reinterpret_cast<uint16_t*>(bytes + 2) = 0;
+        } else {
+          *reinterpret_cast<uint16_t*>(bytes + 2) = static_cast<uint16_t>(b);
+        }
+      }
     }
   }
 }
@@ -245,10 +285,136 @@ __device__ __forceinline__ RowKind flat_row_kind(int64_t t, int64_t T, int64_t T
   return t < T ? RowKind::kData : t < T_q ? RowKind::kQPad : t < T_s ? RowKind::kScalePad : RowKind::kNone;
 }
 
+// Whether every value of a raw chunk has kSiluFastMin <= |g| <= kSiluFastMax (false for zeros,
+// inf and NaN), from the bits: 16-bit magnitudes two at a time for bf16 and fp16.
+template <typename T>
+__device__ __forceinline__ bool silu_fast_range(const RawChunk<T>& r) {
+  if constexpr (sizeof(T) == 4) {
+    bool ok = true;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint32_t w[4] = {r.w[i].x, r.w[i].y, r.w[i].z, r.w[i].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float a = fabsf(__uint_as_float(w[j]));
+        ok = ok && a >= kSiluFastMin && a <= kSiluFastMax;
+      }
+    }
+    return ok;
+  } else {
+    // The bounds as T's bits (kSiluFastMin is below fp16's range: any nonzero fp16 is above it).
+    constexpr uint32_t kLo = std::is_same_v<T, __nv_bfloat16> ? 0x2180u : 0x0001u;
+    constexpr uint32_t kHi = std::is_same_v<T, __nv_bfloat16> ? 0x4220u : 0x5100u;
+    const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+    uint32_t lo = 0xFFFFFFFFu, hi = 0u;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t m = w[j] & 0x7FFF7FFFu;
+      lo = __vminu2(lo, m);
+      hi = __vmaxu2(hi, m);
+    }
+    return min(lo & 0xFFFFu, lo >> 16) >= kLo && max(hi & 0xFFFFu, hi >> 16) <= kHi;
+  }
+}
+
+// s = silu(g) for a chunk whose values are all in silu_fp32_in_range's range: no branch, no select.
+template <typename T>
+__device__ __forceinline__ void silu_chunk_fast(const RawChunk<T>& graw, float (&s)[kChunkElems]) {
+  float g[kChunkElems];
+  raw_to_floats<T>(graw, g);
+#pragma unroll
+  for (int i = 0; i < kChunkElems; ++i) s[i] = silu_fp32_in_range(g[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ void silu_chunk_exact(const RawChunk<T>& graw, float (&s)[kChunkElems]) {
+  float g[kChunkElems];
+  raw_to_floats<T>(graw, g);
+#pragma unroll
+  for (int i = 0; i < kChunkElems; ++i) s[i] = silu_fp32(g[i]);
+}
+
+// a = T(T(s) * u) for a chunk. For bf16 and fp16 the product of two T values is one packed
+// multiply rounded to T: it is exact in fp32, so rounding it once to T is what T(float(s) *
+// float(u)) gives.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], const RawChunk<T>& uraw) {
+  if constexpr (sizeof(T) == 4) {
+    float u[kChunkElems], a[kChunkElems];
+    raw_to_floats<T>(uraw, u);
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) a[i] = mul_rn(s[i], u[i]);
+    return floats_to_raw<T>(a);
+  } else {
+    const RawChunk<T> sr = pack_round<T>(s);
+    const uint32_t sw[4] = {sr.w[0].x, sr.w[0].y, sr.w[0].z, sr.w[0].w};
+    const uint32_t uw[4] = {uraw.w[0].x, uraw.w[0].y, uraw.w[0].z, uraw.w[0].w};
+    uint32_t aw[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+        aw[i] = bf162_bits(__hmul2_rn(bits_bf162(sw[i]), bits_bf162(uw[i])));
+      } else {
+        aw[i] = half2_bits(__hmul2_rn(bits_half2(sw[i]), bits_half2(uw[i])));
+      }
+    }
+    RawChunk<T> r;
+    r.w[0] = make_uint4(aw[0], aw[1], aw[2], aw[3]);
+    return r;
+  }
+}
+
+// a = T(T(silu(g)) * u) for kN chunks: SiLU on the fast path for all of them, or, when a value
+// is outside its range (rare: zeros, |g| > 40, non-finite), by silu_fp32 for all of them.
+template <typename T, int kN>
+__device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], const RawChunk<T> (&uraw)[kN],
+                                                RawChunk<T> (&a)[kN]) {
+  float sv[kN][kChunkElems];
+  bool fast = true;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) fast = fast && silu_fast_range<T>(graw[k]);
+  if (fast) {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) silu_chunk_fast<T>(graw[k], sv[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < kN; ++k) silu_chunk_exact<T>(graw[k], sv[k]);
+  }
+#pragma unroll
+  for (int k = 0; k < kN; ++k) a[k] = times_up<T>(sv[k], uraw[k]);
+}
+
+// The activation alone, chunk by chunk (n / 8 threads), for the tests: silu_mul_quant's steps up
+// to the quantization, written out raw (a NaN of any payload).
+template <typename T>
+__global__ void silu_mul_values_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ a,
+                                       int64_t chunks) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= chunks) return;
+  const RawChunk<T> g[1] = {load_raw8<T, false>(gate + c * kChunkElems, true)};
+  const RawChunk<T> u[1] = {load_raw8<T, false>(up + c * kChunkElems, true)};
+  RawChunk<T> r[1];
+  silu_mul_chunks<T, 1>(g, u, r);
+  store_raw8<T, false>(a + c * kChunkElems, r[0]);
+}
+
+template <typename T>
+cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, int64_t n, cudaStream_t stream) {
+  const int64_t chunks = n / kChunkElems;
+  if (chunks == 0) return cudaSuccess;
+  silu_mul_values_kernel<T><<<static_cast<uint32_t>((chunks + 255) / 256), 256, 0, stream>>>(
+      static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(a), chunks);
+  return cudaGetLastError();
+}
+
 // ---- silu_mul_quant. A block's 256 threads hold 256 / W rows of W lanes; the grid strides over
 // the rows (flat: the T_s rows; masked: the valid rows of every expert, counted by a prefix sum
 // of masked_m in shared memory, so the work follows the valid rows, not E * Mmax).
 constexpr int kMaskedMaxExperts = 1024;
+
+// Chunks per lane a pass (more run in further passes): the loads of a pass are in flight at once.
+template <typename T>
+constexpr int kSiluMaxChunks = sizeof(T) == 4 ? 2 : 4;
 
 template <typename T, bool kVec, int kMaxChunks, bool kMasked>
 __global__ void __launch_bounds__(kRowBlockThreads)
@@ -258,8 +424,15 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
-  const uint32_t lane_in_group = lane & (group_lanes - 1);
   const int64_t chunks = p.H / kChunkElems;
+  // Before waiting for the previous grid: the L2 prefetch of this block's first row (flat) or of
+  // masked_m (launch.cuh says why that is safe).
+  if constexpr (kMasked) {
+    if (threadIdx.x * 32 < p.E) prefetch_l2(p.masked_m + threadIdx.x * 32);
+  } else {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot;
+    if (t < p.T) prefetch_row_lines<T>(static_cast<const T*>(p.x) + t * p.x_stride_t, p.H, lane, W, chunks);
+  }
   wait_for_prior_grid();
   allow_next_grid();
   int64_t total = p.T_s;
@@ -326,48 +499,50 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
     }
     const T* gate = x + e * p.x_stride_e + t * p.x_stride_t;
-    // In batches of kBatch chunks: every load of a batch is issued before the work on it.
-    constexpr int kBatch = kMaxChunks < 4 ? kMaxChunks : 4;
+    // kMaxChunks chunks per lane a pass, as many passes as the row needs: every load of a pass
+    // first, then the work on them.
+    for (int64_t c0 = lane; c0 < chunks; c0 += static_cast<int64_t>(kMaxChunks) * W) {
+      RawChunk<T> a[kMaxChunks];
+      {
+        RawChunk<T> graw[kMaxChunks], uraw[kMaxChunks];
 #pragma unroll
-    for (int k0 = 0; k0 < kMaxChunks; k0 += kBatch) {
-      RawChunk<T> graw[kBatch], uraw[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int64_t c = lane + static_cast<int64_t>(k0 + b) * W;
-        const bool load = c < chunks && kind == RowKind::kData;
-        graw[b] = load_raw8<T, kVec>(gate + c * kChunkElems, load);
-        uraw[b] = load_raw8<T, kVec>(gate + p.H + c * kChunkElems, load);
+        for (int k = 0; k < kMaxChunks; ++k) {
+          const int64_t c = c0 + static_cast<int64_t>(k) * W;
+          const bool load = c < chunks && kind == RowKind::kData;
+          uraw[k] = load_raw8<T, kVec>(gate + p.H + c * kChunkElems, load);
+          graw[k] = load_raw8<T, kVec>(gate + c * kChunkElems, load);
+        }
+        silu_mul_chunks<T, kMaxChunks>(graw, uraw, a);
       }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int64_t c = lane + static_cast<int64_t>(k0 + b) * W;
-        float g[kChunkElems], u[kChunkElems], a[kChunkElems];
-        raw_to_floats<T>(graw[b], g);
-        raw_to_floats<T>(uraw[b], u);
-#pragma unroll
-        for (int i = 0; i < kChunkElems; ++i) a[i] = round_to<T>(mul_rn(round_to<T>(silu_fp32(g[i])), u[i]));
-        quant_store_chunk(p.out, a, c < chunks, kind, e, t, c, group_lanes, lane_in_group);
-      }
+      quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, c0, W, chunks, group_lanes);
     }
   }
 }
 
 // ---- rms_norm_quant: each row's r = T(x + residual) stays in registers between the sum of
-// squares and the quantization, so x, residual and weight are read once.
+// squares and the quantization, so x, residual and weight are read once. The weight is loaded
+// with the row, before the sum, so that its latency hides behind the row's.
 template <typename T, bool kVec, int kMaxChunks, bool kResidual>
-__global__ void __launch_bounds__(kRowBlockThreads)
+__global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 ? 3 : 1)
     rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
   __shared__ float warp_sums[kRowBlockThreads / 32];
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
-  const uint32_t lane_in_group = lane & (group_lanes - 1);
   const int64_t D = p.out.D, chunks = D / kChunkElems;
   const float Df = static_cast<float>(D);
   const T* __restrict__ x = static_cast<const T*>(p.x);
   T* __restrict__ res = static_cast<T*>(p.residual);
   const T* __restrict__ weight = static_cast<const T*>(p.weight);
+  // Before waiting for the previous grid: the L2 prefetch of this block's first row and of the
+  // weight (launch.cuh says why that is safe).
+  if (static_cast<int64_t>(blockIdx.x) * rows_per_block + slot < p.T) {
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot;
+    prefetch_row_lines<T>(x + t * p.x_stride, 0, lane, W, chunks);
+    if constexpr (kResidual) prefetch_row_lines<T>(res + t * p.r_stride, 0, lane, W, chunks);
+    if (blockIdx.x == 0) prefetch_row_lines<T>(weight, 0, lane, W, chunks);
+  }
   wait_for_prior_grid();
   allow_next_grid();
   for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < p.T_s;
@@ -375,8 +550,9 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     const int64_t t = v0 + slot;
     const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
     const bool data = kind == RowKind::kData;
-    // Every load of the row first (x, and the residual), then r = T(x + residual) kept raw.
-    RawChunk<T> r[kMaxChunks];
+    // Every load of the row first (x, the residual and the weight), then r = T(x + residual) kept
+    // raw.
+    RawChunk<T> r[kMaxChunks], w[kMaxChunks];
     float acc = 0.0f;
     {
       RawChunk<T> rres[kResidual ? kMaxChunks : 1];
@@ -390,6 +566,11 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
         const int64_t c = lane + static_cast<int64_t>(k) * W;
+        w[k] = load_raw8<T, kVec>(weight + c * kChunkElems, data && c < chunks);
+      }
+#pragma unroll
+      for (int k = 0; k < kMaxChunks; ++k) {
+        const int64_t c = lane + static_cast<int64_t>(k) * W;
         const bool load = data && c < chunks;
         float v[kChunkElems];
         raw_to_floats<T>(r[k], v);
@@ -397,8 +578,9 @@ __global__ void __launch_bounds__(kRowBlockThreads)
           float rv[kChunkElems];
           raw_to_floats<T>(rres[k], rv);
 #pragma unroll
-          for (int i = 0; i < kChunkElems; ++i) v[i] = round_to<T>(add_rn(v[i], rv[i]));
-          r[k] = floats_to_raw<T>(v);
+          for (int i = 0; i < kChunkElems; ++i) v[i] = add_rn(v[i], rv[i]);
+          r[k] = floats_to_raw<T>(v);  // rounded to T; NaN canonical, as the residual is stored
+          raw_to_floats<T>(r[k], v);
           if (load) store_raw8<T, kVec>(res + t * p.r_stride + c * kChunkElems, r[k]);
         }
         if (load) {
@@ -432,17 +614,17 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       __syncthreads();
     }
     const float inv = rms_inverse(acc, Df, p.norm_eps);
+    // y = T(r * inv * weight), rounded to T in pairs, then quantized.
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
-      const int64_t c = lane + static_cast<int64_t>(k) * W;
-      const bool active = c < chunks;
-      float w[kChunkElems], y[kChunkElems], v[kChunkElems];
-      load_chunk8<T, kVec>(weight + c * kChunkElems, data && active, w);
+      float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
       raw_to_floats<T>(r[k], v);
+      raw_to_floats<T>(w[k], wf);
 #pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) y[i] = round_to<T>(mul_rn(mul_rn(v[i], inv), w[i]));
-      quant_store_chunk(p.out, y, active, kind, 0, t, c, group_lanes, lane_in_group);
+      for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
+      r[k] = pack_round<T>(y);
     }
+    quant_store_chunks<T, kMaxChunks>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
   }
 }
 
@@ -526,12 +708,12 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
-#define FP8OPS_SILU_LAUNCH(C)                                                                                 \
-  {                                                                                                           \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, C, kMasked>;                                       \
-    const uint32_t blocks =                                                                                   \
-        row_grid_blocks(rows, s.rows_per_block, kMasked ? resident_blocks_per_sm<kernel>(256) : 0, sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);           \
+#define FP8OPS_SILU_LAUNCH(C)                                                                                         \
+  {                                                                                                                   \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kSiluMaxChunks<T> ? kSiluMaxChunks<T> : C), kMasked>; \
+    const uint32_t blocks =                                                                                           \
+        row_grid_blocks(rows, s.rows_per_block, kMasked ? resident_blocks_per_sm<kernel>(256) : 0, sm_count);         \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                   \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH

@@ -96,17 +96,26 @@ FP8OPS_HD float sqrt_rn(float a) {
 // exp(x) in fp32, the same steps on host and device (SPEC section 8): k = nearest integer to
 // x * log2(e) (by the 1.5 * 2^23 trick), r = x - k * ln2 in two fused steps (ln2 split in a
 // 15-bit head and a tail), exp(r) by its degree-7 Taylor polynomial in Horner form with fused
-// multiply-adds (truncation error under 0.1 ulp on |r| <= ln2 / 2), then times 2^(k-1) and 2.
-// Exact powers of two scale it, so the result is within about 1 ulp of exp(x) for
-// -86.6 <= x <= 88.72; below that it returns 0, above inf, and NaN for NaN. (1 + exp(x) is 1
-// exactly long before x reaches -86.6, so SiLU loses nothing to the flush.)
-FP8OPS_HD float exp_fp32(float x) {
-  if (x != x) return x;
-  if (x > 88.72283f) return bits_float(0x7F800000u);
-  if (x < -86.6f) return 0.0f;
+// multiply-adds (truncation error under 0.1 ulp on |r| <= ln2 / 2), then times 2^k exactly (k
+// added to the exponent: p is in [0.7, 1.42] and the product stays normal). Within about 1 ulp of
+// exp(x) for -86.6 <= x <= 88.72283. exp_fp32_steps is that for any x in that range (outside it
+// its value is meaningless but defined); exp_fp32 clamps, then gives 0 below the range, inf above
+// it and NaN for NaN, by selects, so that the code has no branches.
+constexpr float kExpLow = -86.6f, kExpHigh = 88.72283f;
+
+FP8OPS_HD float clamp_exp_arg(float x) {
+#if defined(__CUDA_ARCH__)
+  return fminf(fmaxf(x, kExpLow), kExpHigh);  // NaN -> kExpLow
+#else
+  return std::fmin(std::fmax(x, kExpLow), kExpHigh);
+#endif
+}
+
+FP8OPS_HD float exp_fp32_steps(float x) {
   constexpr float kLog2e = 1.44269502f, kShifter = 12582912.0f;  // 1.5 * 2^23
   constexpr float kLn2Hi = 0.693145751953125f, kLn2Lo = 1.42860677e-06f;
-  const float kf = sub_rn(add_rn(mul_rn(x, kLog2e), kShifter), kShifter);
+  const float t = add_rn(mul_rn(x, kLog2e), kShifter);  // 1.5 * 2^23 + k, exactly
+  const float kf = sub_rn(t, kShifter);
   float r = fma_rn(-kf, kLn2Hi, x);
   r = fma_rn(-kf, kLn2Lo, r);
   float p = 1.98412698e-04f;          // 1/7!
@@ -117,12 +126,27 @@ FP8OPS_HD float exp_fp32(float x) {
   p = fma_rn(p, r, 0.5f);
   p = fma_rn(p, r, 1.0f);
   p = fma_rn(p, r, 1.0f);
-  const int k = static_cast<int>(kf);  // in [-125, 128]
-  return mul_rn(mul_rn(p, bits_float(static_cast<uint32_t>(k - 1 + 127) << 23)), 2.0f);
+  const uint32_t k = float_bits(t) - float_bits(kShifter);  // two's complement of k in [-125, 128]
+  return bits_float(float_bits(p) + (k << 23));
+}
+
+FP8OPS_HD float exp_fp32(float x) {
+  const float y = exp_fp32_steps(clamp_exp_arg(x));
+  const float z = x > kExpHigh ? bits_float(0x7F800000u) : x < kExpLow ? 0.0f : y;
+  return x != x ? x : z;
+}
+
+// 1 + exp(-g), equal to add_rn(1, exp_fp32(-g)) for every g with fewer selects: below kExpLow
+// exp_fp32_steps(kExpLow) (about 2^-125) adds nothing to 1, as the 0 that exp_fp32 gives there,
+// and a NaN g gives 1 where exp_fp32 gives NaN, which only g / (1 + exp(-g)) reads, NaN either way.
+FP8OPS_HD float one_plus_exp_neg(float g) {
+  const float x = -g;
+  const float d = add_rn(1.0f, exp_fp32_steps(clamp_exp_arg(x)));
+  return x > kExpHigh ? bits_float(0x7F800000u) : d;
 }
 
 // SiLU in fp32: g / (1 + exp(-g)), one rounding per step.
-FP8OPS_HD float silu_fp32(float g) { return div_rn(g, add_rn(1.0f, exp_fp32(-g))); }
+FP8OPS_HD float silu_fp32(float g) { return div_rn(g, one_plus_exp_neg(g)); }
 
 // |v| if v is finite, else 0: NaN and +-inf never enter a group's amax.
 FP8OPS_HD float finite_abs(float v) {
@@ -208,6 +232,25 @@ FP8OPS_HD uint8_t e4m3_bits_host(float f) {
 __device__ __forceinline__ uint32_t e4m3x2_bits_device(float a, float b) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
+
+// g / d correctly rounded, as div_rn, while 2^-60 <= |g| <= 2^60 and 1 <= d <= 2^60: the
+// hardware reciprocal refined by one Newton step, the quotient, its exact remainder and one
+// correction (the steps of the division's own fast path, whose checks these ranges pass: no step
+// leaves the normal range).
+__device__ __forceinline__ float div_rn_fast(float g, float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+  const float q = __fmul_rn(g, r);
+  return __fmaf_rn(__fmaf_rn(-d, q, g), r, q);
+}
+
+// silu_fp32(g) for 2^-60 <= |g| <= 40: there the clamp and the select of one_plus_exp_neg do
+// nothing (-g is inside [kExpLow, kExpHigh]) and d = 1 + exp(-g) < 2^58, so div_rn_fast is exact.
+__device__ __forceinline__ float silu_fp32_in_range(float g) {
+  return div_rn_fast(g, __fadd_rn(1.0f, exp_fp32_steps(-g)));
+}
+constexpr float kSiluFastMin = 0x1p-60f, kSiluFastMax = 40.0f;
 
 // finite_abs + fmax_nonan over 8 packed 16-bit floats, returned as the bits of their amax.
 // For non-negative floats the order of the bit patterns is the order of the values. Adding
