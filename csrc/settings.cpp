@@ -16,8 +16,6 @@ bool pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 
 }  // namespace fp8ops
 
-#define FP8OPS_C_API extern "C" __attribute__((visibility("default")))
-
 FP8OPS_C_API void fp8ops_set_pdl(int enabled) { fp8ops::g_pdl.store(enabled != 0, std::memory_order_relaxed); }
 FP8OPS_C_API int fp8ops_pdl_enabled() { return fp8ops::pdl_enabled() ? 1 : 0; }
 

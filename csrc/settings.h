@@ -3,6 +3,10 @@
 // ctypes: the settings and the pure launch-shape functions, so that CPU tests can pin them.
 #pragma once
 
+// A plain C entry point of the library (fp8ops/_native.py), visible although the build hides the
+// rest.
+#define FP8OPS_C_API extern "C" __attribute__((visibility("default")))
+
 namespace fp8ops {
 
 // Programmatic dependent launch: on by default (fp8ops.set_pdl).

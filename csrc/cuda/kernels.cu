@@ -132,3 +132,16 @@ void run_block_quant_cuda(const PreparedBlockQuant& prep) {
 }
 
 }  // namespace fp8ops
+
+// silu_mul_quant's activation a = T(T(silu(g)) * u) on the device for n values (a multiple of 8)
+// of dtype 0 bf16, 1 fp16, 2 fp32, on the given stream: the GPU tests hold it to the CPU
+// reference over every 16-bit gate. Returns the CUDA status.
+FP8OPS_C_API int fp8ops_silu_mul_cuda(const void* gate, const void* up, void* a, int64_t n, int64_t dtype,
+                                      void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case 0: return fp8ops::launch_silu_mul_values<__nv_bfloat16>(gate, up, a, n, s);
+    case 1: return fp8ops::launch_silu_mul_values<__half>(gate, up, a, n, s);
+    default: return fp8ops::launch_silu_mul_values<float>(gate, up, a, n, s);
+  }
+}
