@@ -8,6 +8,9 @@ benchmark builds them. Under Nsight Compute, profiling the third launch:
     python tools/profile.py indexer 16384            # B (H = 64, DeepSeek-V4 options)
     python tools/profile.py per_token row 8192 7168  # layout M K (bf16)
     python tools/profile.py group_major 512 16 4096 fp32|packed
+    python tools/profile.py silu 16384 2048 [E]       # M (rows, or Mmax with E experts) H, bf16
+    python tools/profile.py rms 8192 7168 res|nores   # M D, bf16, col_tma
+    python tools/profile.py block 7168 18432          # N K (bf16)
 """
 
 from __future__ import annotations
@@ -34,6 +37,25 @@ def main(argv: list[str]) -> None:
         T, G, D, packed = int(args[0]), int(args[1]), int(args[2]), args[3] == "packed"
         x = bench.group_major_inputs(T, G, D)[0][0]
         call = lambda: fp8ops.group_major_quant(x, packed=packed)  # noqa: E731
+    elif kind == "silu":
+        M, H = int(args[0]), int(args[1])
+        if len(args) > 2:  # masked: E experts of Mmax = M rows, about 8 valid each
+            E = int(args[2])
+            x = torch.randn(E, M, 2 * H, dtype=torch.bfloat16, device="cuda")
+            m = torch.full((E,), min(8, M), dtype=torch.int32, device="cuda")
+            call = lambda: fp8ops.silu_mul_quant(x, 128, "col_tma_packed", masked_m=m)  # noqa: E731
+        else:
+            x = torch.randn(M, 2 * H, dtype=torch.bfloat16, device="cuda")
+            call = lambda: fp8ops.silu_mul_quant(x, 128, "col_tma_packed")  # noqa: E731
+    elif kind == "rms":
+        M, D, res = int(args[0]), int(args[1]), args[2] == "res"
+        x = torch.randn(M, D, dtype=torch.bfloat16, device="cuda")
+        w = torch.randn(D, dtype=torch.bfloat16, device="cuda")
+        r = torch.randn(M, D, dtype=torch.bfloat16, device="cuda") if res else None
+        call = lambda: fp8ops.rms_norm_quant(x, w, 1e-6, r, 128, "col_tma")  # noqa: E731
+    elif kind == "block":
+        w = torch.randn(int(args[0]), int(args[1]), dtype=torch.bfloat16, device="cuda")
+        call = lambda: fp8ops.block_quant(w)  # noqa: E731
     else:
         raise SystemExit(f"unknown kernel {kind!r}")
     for _ in range(3):
