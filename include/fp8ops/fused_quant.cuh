@@ -317,21 +317,14 @@ __device__ __forceinline__ bool silu_fast_range(const RawChunk<T>& r) {
   }
 }
 
-// s = silu(g) for a chunk whose values are all in silu_fp32_in_range's range: no branch, no select.
-template <typename T>
-__device__ __forceinline__ void silu_chunk_fast(const RawChunk<T>& graw, float (&s)[kChunkElems]) {
+// s = silu(g) for a chunk: silu_fp32, or, kFast, silu_fp32_in_range (no branch, no select) for a
+// chunk whose values are all in its range.
+template <typename T, bool kFast>
+__device__ __forceinline__ void silu_chunk(const RawChunk<T>& graw, float (&s)[kChunkElems]) {
   float g[kChunkElems];
   raw_to_floats<T>(graw, g);
 #pragma unroll
-  for (int i = 0; i < kChunkElems; ++i) s[i] = silu_fp32_in_range(g[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ void silu_chunk_exact(const RawChunk<T>& graw, float (&s)[kChunkElems]) {
-  float g[kChunkElems];
-  raw_to_floats<T>(graw, g);
-#pragma unroll
-  for (int i = 0; i < kChunkElems; ++i) s[i] = silu_fp32(g[i]);
+  for (int i = 0; i < kChunkElems; ++i) s[i] = kFast ? silu_fp32_in_range(g[i]) : silu_fp32(g[i]);
 }
 
 // a = T(T(s) * u) for a chunk. For bf16 and fp16 the product of two T values is one packed
@@ -375,10 +368,10 @@ __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], c
   for (int k = 0; k < kN; ++k) fast = fast && silu_fast_range<T>(graw[k]);
   if (fast) {
 #pragma unroll
-    for (int k = 0; k < kN; ++k) silu_chunk_fast<T>(graw[k], sv[k]);
+    for (int k = 0; k < kN; ++k) silu_chunk<T, true>(graw[k], sv[k]);
   } else {
 #pragma unroll
-    for (int k = 0; k < kN; ++k) silu_chunk_exact<T>(graw[k], sv[k]);
+    for (int k = 0; k < kN; ++k) silu_chunk<T, false>(graw[k], sv[k]);
   }
 #pragma unroll
   for (int k = 0; k < kN; ++k) a[k] = times_up<T>(sv[k], uraw[k]);
