@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 // squares and the quantization, so x, residual and weight are read once. The weight is loaded
 // with the row, before the sum, so that its latency hides behind the row's.
 template <typename T, bool kVec, int kMaxChunks, bool kResidual>
-__global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 ? 3 : 1)
+__global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 ? (kResidual ? 3 : 4) : 1)
     rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
   __shared__ float warp_sums[kRowBlockThreads / 32];
   const uint32_t W = 1u << lanes_log2;
