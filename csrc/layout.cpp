@@ -11,6 +11,15 @@ ScaleLayout parse_scale_layout(const char* op, const std::string& name) {
   return ScaleLayout::kRow;
 }
 
+ScaleLayout check_row_quant_args(const char* op, int64_t group_size, const std::string& scale_layout,
+                                 int64_t pad_rows_to, double eps) {
+  check_group_size(op, group_size);
+  const ScaleLayout layout = parse_scale_layout(op, scale_layout);
+  FP8OPS_CHECK(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to);
+  check_eps(op, eps);
+  return layout;
+}
+
 ScaleGeometry per_token_scale_geometry(int64_t M, int64_t S, ScaleLayout layout, int64_t pad_rows_to) {
   const int64_t Mp = align_up(M, pad_rows_to);
   switch (layout) {

@@ -14,6 +14,11 @@ enum class ScaleLayout { kRow, kCol, kColTma, kColTmaPacked };
 
 ScaleLayout parse_scale_layout(const char* op, const std::string& name);
 
+// The arguments every row quantizer shares (per_token_group_quant, silu_mul_quant, rms_norm_quant),
+// checked in this order: group_size, scale_layout (parsed and returned), pad_rows_to, eps.
+ScaleLayout check_row_quant_args(const char* op, int64_t group_size, const std::string& scale_layout,
+                                 int64_t pad_rows_to, double eps);
+
 // Sizes, strides and storage of one scale tensor, and the rows the kernel writes.
 struct ScaleGeometry {
   std::vector<int64_t> sizes;

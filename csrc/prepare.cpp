@@ -51,10 +51,7 @@ PreparedGroupQuant prepare_per_token_group_quant(const Tensor& x, int64_t group_
   const char* op = "per_token_group_quant";
   check_float_input(op, "x", x, /*allow_fp32=*/true);
   FP8OPS_CHECK(x.dim() >= 2, op, ": x must have at least 2 dims ([M, K] or [..., K]), got ", x.dim());
-  check_group_size(op, group_size);
-  const ScaleLayout layout = parse_scale_layout(op, scale_layout);
-  FP8OPS_CHECK(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to);
-  check_eps(op, eps);
+  const ScaleLayout layout = check_row_quant_args(op, group_size, scale_layout, pad_rows_to, eps);
   const int64_t K = x.size(x.dim() - 1);
   FP8OPS_CHECK(K % group_size == 0, op, ": x.size(-1) (K = ", K, ") must be a multiple of group_size (", group_size,
                ")");

@@ -64,10 +64,7 @@ PreparedSiluMulQuant prepare_silu_mul_quant(const Tensor& x, int64_t group_size,
   } else {
     FP8OPS_CHECK(x.dim() >= 2, op, ": x must have at least 2 dims ([M, 2H] or [..., 2H]), got ", x.dim());
   }
-  check_group_size(op, group_size);
-  const ScaleLayout layout = parse_scale_layout(op, scale_layout);
-  FP8OPS_CHECK(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to);
-  check_eps(op, eps);
+  const ScaleLayout layout = check_row_quant_args(op, group_size, scale_layout, pad_rows_to, eps);
   const int64_t K2 = x.size(x.dim() - 1);
   FP8OPS_CHECK(K2 % (2 * group_size) == 0, op, ": x.size(-1) / 2 (H, the gate and up widths) must be a multiple of ",
                "group_size (", group_size, "); x.size(-1) = ", K2);
@@ -147,10 +144,7 @@ PreparedRmsNormQuant prepare_rms_norm_quant(const Tensor& x, const Tensor& weigh
   FP8OPS_CHECK(
       std::isfinite(norm_eps) && norm_eps >= 0.0 && norm_eps <= static_cast<double>(std::numeric_limits<float>::max()),
       op, ": norm_eps must be finite, >= 0 and representable in float32, got ", norm_eps);
-  check_group_size(op, group_size);
-  const ScaleLayout layout = parse_scale_layout(op, scale_layout);
-  FP8OPS_CHECK(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to);
-  check_eps(op, eps);
+  const ScaleLayout layout = check_row_quant_args(op, group_size, scale_layout, pad_rows_to, eps);
   FP8OPS_CHECK(D % group_size == 0, op, ": x.size(-1) (D = ", D, ") must be a multiple of group_size (", group_size,
                ")");
   FP8OPS_CHECK(D <= kRmsMaxD, op, ": x.size(-1) (D = ", D, ") must be at most ", kRmsMaxD);

@@ -106,6 +106,14 @@ def group_sizes(op, group_size):
     require(group_size in GROUP_SIZES, op, ": group_size must be 32, 64 or 128, got ", group_size)
 
 
+def row_quant_args(op, group_size, layout, pad_rows_to, eps_value):
+    """The arguments every row quantizer shares, in the C++ order (check_row_quant_args)."""
+    group_sizes(op, group_size)
+    scale_layout(op, layout)
+    require(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to)
+    eps(op, eps_value)
+
+
 def scale_layout(op, name):
     require(
         name in SCALE_LAYOUTS,
@@ -153,10 +161,7 @@ def per_token_group_quant(x, group_size, layout, pad_rows_to, eps_value):
     op = "per_token_group_quant"
     float_input(op, "x", x, True)
     require(x.dim() >= 2, op, ": x must have at least 2 dims ([M, K] or [..., K]), got ", x.dim())
-    group_sizes(op, group_size)
-    scale_layout(op, layout)
-    require(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to)
-    eps(op, eps_value)
+    row_quant_args(op, group_size, layout, pad_rows_to, eps_value)
     K = x.shape[-1]
     require(K % group_size == 0, op, ": x.size(-1) (K = ", K, ") must be a multiple of group_size (", group_size, ")")
     last_dim_contiguous(op, x)
@@ -174,10 +179,7 @@ def silu_mul_quant(x, group_size, layout, pad_rows_to, eps_value, masked_m):
         require(x.dim() == 3, op, ": with masked_m, x must be 3-D [E, Mmax, 2H], got ", x.dim(), " dims")
     else:
         require(x.dim() >= 2, op, ": x must have at least 2 dims ([M, 2H] or [..., 2H]), got ", x.dim())
-    group_sizes(op, group_size)
-    scale_layout(op, layout)
-    require(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to)
-    eps(op, eps_value)
+    row_quant_args(op, group_size, layout, pad_rows_to, eps_value)
     K2 = x.shape[-1]
     require(
         K2 % (2 * group_size) == 0,
@@ -240,10 +242,7 @@ def rms_norm_quant(x, weight, norm_eps, residual, group_size, layout, pad_rows_t
         last_dim_contiguous(op, residual, "residual")
     ok = math.isfinite(norm_eps) and 0.0 <= norm_eps <= FLOAT32_MAX
     require(ok, op, ": norm_eps must be finite, >= 0 and representable in float32, got ", _cpp_double(norm_eps))
-    group_sizes(op, group_size)
-    scale_layout(op, layout)
-    require(pad_rows_to >= 1, op, ": pad_rows_to must be >= 1, got ", pad_rows_to)
-    eps(op, eps_value)
+    row_quant_args(op, group_size, layout, pad_rows_to, eps_value)
     require(D % group_size == 0, op, ": x.size(-1) (D = ", D, ") must be a multiple of group_size (", group_size, ")")
     require(D <= RMS_MAX_D, op, ": x.size(-1) (D = ", D, ") must be at most ", RMS_MAX_D)
     last_dim_contiguous(op, x)
