@@ -138,10 +138,10 @@ void run_block_quant_cuda(const PreparedBlockQuant& prep) {
 // reference over every 16-bit gate. Returns the CUDA status.
 FP8OPS_C_API int fp8ops_silu_mul_cuda(const void* gate, const void* up, void* a, int64_t n, int64_t dtype,
                                       void* stream) {
-  const cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case 0: return fp8ops::launch_silu_mul_values<__nv_bfloat16>(gate, up, a, n, s);
-    case 1: return fp8ops::launch_silu_mul_values<__half>(gate, up, a, n, s);
-    default: return fp8ops::launch_silu_mul_values<float>(gate, up, a, n, s);
-  }
+  using fp8ops::ScalarType;
+  const ScalarType type = dtype == 0 ? ScalarType::BFloat16 : dtype == 1 ? ScalarType::Half : ScalarType::Float;
+  return fp8ops::by_dtype(type, [&](auto t) {
+    return fp8ops::launch_silu_mul_values<typename decltype(t)::type>(gate, up, a, n,
+                                                                      static_cast<cudaStream_t>(stream));
+  });
 }

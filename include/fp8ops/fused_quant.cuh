@@ -530,8 +530,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
   const T* __restrict__ weight = static_cast<const T*>(p.weight);
   // Before waiting for the previous grid: the L2 prefetch of this block's first row and of the
   // weight (launch.cuh says why that is safe).
-  if (static_cast<int64_t>(blockIdx.x) * rows_per_block + slot < p.T) {
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot;
+  if (const int64_t t = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot; t < p.T) {
     prefetch_row_lines<T>(x + t * p.x_stride, 0, lane, W, chunks);
     if constexpr (kResidual) prefetch_row_lines<T>(res + t * p.r_stride, 0, lane, W, chunks);
     if (blockIdx.x == 0) prefetch_row_lines<T>(weight, 0, lane, W, chunks);
