@@ -25,6 +25,18 @@ def deep_gemm():
     return dg
 
 
+def gemm_nt_pair(dg, a, a_other, b, b_other, what):
+    """fp8_gemm_nt(a, b) and fp8_gemm_nt(a_other, b_other) into bf16 [M, N], held bit-identical;
+    returns the first output."""
+    M, N = a[0].shape[0], b[0].shape[0]
+    out, out_other = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    dg.fp8_gemm_nt(a, b, out)
+    dg.fp8_gemm_nt(a_other, b_other, out_other)
+    torch.cuda.synchronize()
+    assert_same_bits(out, out_other, what)
+    return out
+
+
 def block_quant_weight(N, K):
     """A weight quantized per 128x128 block, DeepGEMM's SM90 recipe (1, 128, 128) for B."""
     w = torch.randn(N, K, device="cuda")
@@ -46,12 +58,7 @@ def test_deep_gemm_fp8_gemm_nt_zero_copy_and_bit_identical(M):
     assert_same_bits(q, q_row, "q")
     assert torch.equal(s, s_row)
     assert dg.get_mn_major_tma_aligned_tensor(s_row).data_ptr() != s_row.data_ptr()
-    out = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    out_row = torch.empty(M, N, dtype=torch.bfloat16, device="cuda")
-    dg.fp8_gemm_nt((q, s), (wq, ws), out)
-    dg.fp8_gemm_nt((q_row, s_row), (wq, ws), out_row)
-    torch.cuda.synchronize()
-    assert_same_bits(out, out_row, f"fp8_gemm_nt M={M}")
+    out = gemm_nt_pair(dg, (q, s), (q_row, s_row), (wq, ws), (wq, ws), f"fp8_gemm_nt M={M}")
     # And the GEMM is right: against a float64 product of the dequantized operands.
     a = ref.dequant(q.cpu(), s.cpu()).double()
     b = (wq.float().view(N // 128, 128, K // 128, 128) * ws[:, None, :, None]).view(N, K).cpu().double()
@@ -263,11 +270,7 @@ def test_silu_flat_into_deep_gemm_nt_and_m_grouped_contiguous():
     assert dg.get_mn_major_tma_aligned_tensor(s).data_ptr() == s.data_ptr()
     q_row, s_row = fp8ops.silu_mul_quant(x, 128, "row")
     wq, ws = fp8ops.block_quant(torch.randn(N, H, device="cuda"))
-    out, out_row = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    dg.fp8_gemm_nt((q, s), (wq, ws), out)
-    dg.fp8_gemm_nt((q_row, s_row), (wq, ws), out_row)
-    torch.cuda.synchronize()
-    assert_same_bits(out, out_row, "fp8_gemm_nt")
+    gemm_nt_pair(dg, (q, s), (q_row, s_row), (wq, ws), (wq, ws), "fp8_gemm_nt")
     wq3, ws3 = expert_weights(E, N, H)
     m_indices = torch.arange(E, device="cuda", dtype=torch.int32).repeat_interleave(rows_per_expert)
     out, out_row = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
@@ -298,11 +301,7 @@ def test_rms_norm_quant_into_deep_gemm_zero_copy():
     q_row, s_row = fp8ops.rms_norm_quant(x, w, 1e-6, r2, 128, "row")
     assert dg.get_mn_major_tma_aligned_tensor(s).data_ptr() == s.data_ptr()
     wq, ws = fp8ops.block_quant(torch.randn(N, D, device="cuda"))
-    out, out_row = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    dg.fp8_gemm_nt((q, s), (wq, ws), out)
-    dg.fp8_gemm_nt((q_row, s_row), (wq, ws), out_row)
-    torch.cuda.synchronize()
-    assert_same_bits(out, out_row, "fp8_gemm_nt after rms_norm_quant")
+    gemm_nt_pair(dg, (q, s), (q_row, s_row), (wq, ws), (wq, ws), "fp8_gemm_nt after rms_norm_quant")
 
 
 @pytest.mark.parametrize("ue8m0", (False, True))
@@ -328,11 +327,7 @@ def test_block_quant_weights_in_fp8_gemm_nt_equal_deep_gemm_quantization():
     ours = fp8ops.block_quant(w, eps=1e-4)
     theirs = per_block_cast_to_fp8(w, use_ue8m0=False)
     q, s = fp8ops.per_token_group_quant(make_input((M, K), torch.bfloat16, device="cuda"), 128, "col_tma")
-    out, out_theirs = (torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2))
-    dg.fp8_gemm_nt((q, s), ours, out)
-    dg.fp8_gemm_nt((q, s), theirs, out_theirs)
-    torch.cuda.synchronize()
-    assert_same_bits(out, out_theirs, "fp8_gemm_nt with block_quant weights")
+    gemm_nt_pair(dg, (q, s), (q, s), ours, theirs, "fp8_gemm_nt with block_quant weights")
 
 
 @pytest.mark.parametrize("M", (4, 64))
