@@ -447,8 +447,9 @@ def call_over_poison(fn, like):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128))
-    # H = 33280: more than 16 chunks of 8 per lane of 256, so the kernel makes several passes a row.
-    for M, H, gs in (*shapes, (3, 33280, 128)):
+    # H = 33280 and 8320: rows of several passes; 8320 (1040 chunks) ends in a pass that only some
+    # lanes of a warp have chunks in.
+    for M, H, gs in (*shapes, (3, 33280, 128), (5, 8320, 32)):
         x = make_input((M, 2 * H), dtype, device="cuda", nonfinite=M == 17)
         for xx in (x, strided_rows(x), misaligned(x)):
             cq, cs = fp8ops.silu_mul_quant(xx.cpu(), gs, layout, M % 2 == 1, 4)

@@ -186,8 +186,8 @@ def test_row_shape_lanes_hold_whole_groups():
 
 
 def test_row_grid_caps():
-    assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # masked: at most the resident blocks
+    assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # silu_mul_quant: at most the resident blocks
     assert _native.row_grid_blocks(100, 4, 2, 132) == 25
-    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # flat: no cap
+    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # rms_norm_quant: no cap
     assert _native.row_grid_blocks(1 << 20, 4, 0, 132) == 1 << 18
     assert _native.row_grid_blocks(0, 1, 2, 132) == 1

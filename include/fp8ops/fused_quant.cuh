@@ -193,6 +193,43 @@ __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
   }
 }
 
+// The bits of the largest |value| of a raw chunk, as T's bit pattern (for non-negative floats the
+// order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
+// such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed.
+template <typename T>
+__device__ __forceinline__ uint32_t raw_magnitude_bits(const RawChunk<T>& r, bool& nonfinite) {
+  if constexpr (sizeof(T) == 4) {
+    uint32_t m = 0u;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      m = max(m, max(max(r.w[i].x & 0x7FFFFFFFu, r.w[i].y & 0x7FFFFFFFu),
+                     max(r.w[i].z & 0x7FFFFFFFu, r.w[i].w & 0x7FFFFFFFu)));
+    }
+    nonfinite = m >= 0x7F800000u;
+    return m;
+  } else {
+    constexpr uint32_t kInf = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
+    const uint4 w = r.w[0];
+    const uint32_t m2 =
+        __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+    const uint32_t m = max(m2 & 0xFFFFu, m2 >> 16);
+    nonfinite = m >= kInf;
+    return m;
+  }
+}
+
+// The float whose magnitude bits raw_magnitude_bits returned.
+template <typename T>
+__device__ __forceinline__ float magnitude_bits_float(uint32_t m) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(m);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(m << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
+  }
+}
+
 // L2 prefetch of the 128-byte lines of a row's chunks lane, lane + W, ... (and of the chunks
 // `second` elements further, when nonzero), one request per line.
 template <typename T>
@@ -210,11 +247,13 @@ __device__ __forceinline__ void prefetch_row_lines(const T* row, int64_t second,
 // What a row slot holds.
 enum class RowKind : int { kNone, kData, kQPad, kScalePad };
 
-// The e4m3 codes of 8 values times r, little-endian in two words; NaN codes to 0.
-__device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r) {
-  const uint32_t lo = e4m3x2_bits_device(v[0] * r, v[1] * r) | (e4m3x2_bits_device(v[2] * r, v[3] * r) << 16);
-  const uint32_t hi = e4m3x2_bits_device(v[4] * r, v[5] * r) | (e4m3x2_bits_device(v[6] * r, v[7] * r) << 16);
-  return make_uint2(zero_nan_codes(lo), zero_nan_codes(hi));
+// The e4m3 codes of 8 values times r, little-endian in two words; NaN codes to 0 (the zeroing
+// is skipped when the caller knows no value is a NaN).
+__device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, bool maybe_nan = true) {
+  uint32_t lo = e4m3x2_bits_device(v[0] * r, v[1] * r) | (e4m3x2_bits_device(v[2] * r, v[3] * r) << 16);
+  uint32_t hi = e4m3x2_bits_device(v[4] * r, v[5] * r) | (e4m3x2_bits_device(v[6] * r, v[7] * r) << 16);
+  if (maybe_nan) lo = zero_nan_codes(lo), hi = zero_nan_codes(hi);
+  return make_uint2(lo, hi);
 }
 
 // Quantizes the chunks a[k] (chunk c0 + k * W of row (e, t), 8 values of T each; c0 is the
@@ -227,20 +266,28 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
                                                    uint32_t group_lanes) {
   const bool data = kind == RowKind::kData;
   float amax[kN];
+  bool nonfinite[kN];
 #pragma unroll
-  for (int k = 0; k < kN; ++k) amax[k] = data && c0 + int64_t(k) * W < chunks ? raw_finite_amax<T>(a[k]) : 0.0f;
-  // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle, and a level
-  // past the group's lanes is dropped by a select.
+  for (int k = 0; k < kN; ++k) {
+    bool nf = false;
+    const bool in = data && c0 + int64_t(k) * W < chunks;
+    const uint32_t m = in ? raw_magnitude_bits<T>(a[k], nf) : 0u;
+    nonfinite[k] = in && nf;
+    amax[k] = nonfinite[k] ? raw_finite_amax<T>(a[k]) : magnitude_bits_float<T>(m);
+  }
+  // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle; a level past
+  // the group's lanes exchanges with lane ^ 0, itself.
 #pragma unroll
   for (uint32_t off = 8; off > 0; off >>= 1) {
+    const uint32_t lane_mask = off & (group_lanes - 1);
 #pragma unroll
-    for (int k = 0; k < kN; ++k) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, amax[k], off);
-      amax[k] = off < group_lanes ? fmaxf(amax[k], other) : amax[k];
-    }
+    for (int k = 0; k < kN; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xFFFFFFFFu, amax[k], lane_mask));
   }
   if (kind == RowKind::kNone) return;
   const bool first_lane = (c0 & (group_lanes - 1)) == 0;  // W is a multiple of group_lanes
+  const uint32_t group_log2 = __ffs(static_cast<int>(group_lanes)) - 1;
+  uint8_t* const q_row = o.q + (e * o.q_rows + t) * o.D;
+  const int64_t s_row = e * o.s_stride_e + t * o.s_stride_t;
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
     const int64_t c = c0 + int64_t(k) * W;
@@ -251,13 +298,13 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
       if (data) {
         float v[kChunkElems];
         raw_to_floats<T>(a[k], v);
-        codes = codes8(v, o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale));
+        codes = codes8(v, o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale), nonfinite[k]);
       }
-      *reinterpret_cast<uint2*>(o.q + (e * o.q_rows + t) * o.D + c * kChunkElems) = codes;
+      *reinterpret_cast<uint2*>(q_row + c * kChunkElems) = codes;
     }
     if (first_lane) {
-      const int64_t s = c >> (__ffs(static_cast<int>(group_lanes)) - 1);  // c / group_lanes, a power of two
-      const int64_t word = row_scale_word(o, e, t, s);
+      const int64_t s = c >> group_log2;  // c / group_lanes, a power of two
+      const int64_t word = s_row + (o.packed ? s >> 2 : s) * o.s_stride_s;
       if (!o.packed) {
         static_cast<float*>(o.scale)[word] = data ? scale : 0.0f;
       } else {
@@ -357,15 +404,22 @@ __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], c
   }
 }
 
-// a = T(T(silu(g)) * u) for kN chunks: SiLU on the fast path for all of them, or, when a value
-// is outside its range (rare: zeros, |g| > 40, non-finite), by silu_fp32 for all of them.
+// a = T(T(silu(g)) * u) for the chunks k with live[k] (the others are not meaningful): SiLU on
+// the fast path for all of them, or, when a live value is outside its range (rare: zeros,
+// |g| > 40, non-finite), by silu_fp32 for all of them. The zeros of chunks that are not live
+// (past a row's end, or in a row without data) never choose the slow path, and a lane without
+// a live chunk skips the SiLU.
 template <typename T, int kN>
 __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], const RawChunk<T> (&uraw)[kN],
-                                                RawChunk<T> (&a)[kN]) {
-  float sv[kN][kChunkElems];
-  bool fast = true;
+                                                const bool (&live)[kN], RawChunk<T> (&a)[kN]) {
+  bool any = false, fast = true;
 #pragma unroll
-  for (int k = 0; k < kN; ++k) fast = fast && silu_fast_range<T>(graw[k]);
+  for (int k = 0; k < kN; ++k) {
+    any = any || live[k];
+    fast = fast && (!live[k] || silu_fast_range<T>(graw[k]));
+  }
+  if (!any) return;
+  float sv[kN][kChunkElems];
   if (fast) {
 #pragma unroll
     for (int k = 0; k < kN; ++k) silu_chunk<T, true>(graw[k], sv[k]);
@@ -387,7 +441,8 @@ __global__ void silu_mul_values_kernel(const T* __restrict__ gate, const T* __re
   const RawChunk<T> g[1] = {load_raw8<T, false>(gate + c * kChunkElems, true)};
   const RawChunk<T> u[1] = {load_raw8<T, false>(up + c * kChunkElems, true)};
   RawChunk<T> r[1];
-  silu_mul_chunks<T, 1>(g, u, r);
+  const bool live[1] = {true};
+  silu_mul_chunks<T, 1>(g, u, live, r);
   store_raw8<T, false>(a + c * kChunkElems, r[0]);
 }
 
@@ -470,13 +525,9 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     }
   }
   const T* __restrict__ x = static_cast<const T*>(p.x);
-  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < total;
-       v0 += static_cast<int64_t>(gridDim.x) * rows_per_block) {
-    const int64_t v = v0 + slot;
-    int64_t e = 0, t = v;
-    RowKind kind;
+  // Row v of the slots' sequence: its expert, token and kind.
+  auto locate = [&](int64_t v, int64_t& e, int64_t& t) -> RowKind {
     if constexpr (kMasked) {
-      kind = v < total ? RowKind::kData : RowKind::kNone;
       int lo = 0, hi = static_cast<int>(p.E);  // the last expert whose rows start at or before v
       while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
@@ -488,27 +539,58 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       }
       e = lo;
       t = v - prefix[lo];
+      return v < total ? RowKind::kData : RowKind::kNone;
     } else {
-      kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+      e = 0;
+      t = v;
+      return flat_row_kind(t, p.T, p.T_q, p.T_s);
     }
+  };
+  // A pass: kMaxChunks chunks per lane, c0 = lane + pass * pass_chunks, loaded together. Every lane
+  // makes the same passes (chunks past the row's end are not loaded), so each pass's shuffles
+  // see the whole warp.
+  const int64_t pass_chunks = static_cast<int64_t>(kMaxChunks) * W;
+  const int64_t passes = (chunks + pass_chunks - 1) >> (lanes_log2 + (31 - __clz(kMaxChunks)));
+  auto load_pass = [&](int64_t e, int64_t t, RowKind kind, int64_t c0, RawChunk<T>(&g)[kMaxChunks],
+                       RawChunk<T>(&u)[kMaxChunks]) {
     const T* gate = x + e * p.x_stride_e + t * p.x_stride_t;
-    // kMaxChunks chunks per lane a pass, as many passes as the row needs: every load of a pass
-    // first, then the work on them.
-    for (int64_t c0 = lane; c0 < chunks; c0 += static_cast<int64_t>(kMaxChunks) * W) {
-      RawChunk<T> a[kMaxChunks];
-      {
-        RawChunk<T> graw[kMaxChunks], uraw[kMaxChunks];
 #pragma unroll
-        for (int k = 0; k < kMaxChunks; ++k) {
-          const int64_t c = c0 + static_cast<int64_t>(k) * W;
-          const bool load = c < chunks && kind == RowKind::kData;
-          uraw[k] = load_raw8<T, kVec>(gate + p.H + c * kChunkElems, load);
-          graw[k] = load_raw8<T, kVec>(gate + c * kChunkElems, load);
-        }
-        silu_mul_chunks<T, kMaxChunks>(graw, uraw, a);
-      }
-      quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, c0, W, chunks, group_lanes);
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const int64_t c = c0 + static_cast<int64_t>(k) * W;
+      const bool load = c < chunks && kind == RowKind::kData;
+      u[k] = load_raw8<T, kVec>(gate + p.H + c * kChunkElems, load);
+      g[k] = load_raw8<T, kVec>(gate + c * kChunkElems, load);
     }
+  };
+  // The grid strides over the rows. The next pass's loads (of this row, or of the slot's next
+  // row) are issued before the current pass's work, so that they are in flight during it.
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  if (v0 >= total) return;
+  int64_t e, t, pass = 0;
+  RowKind kind = locate(v0 + slot, e, t);
+  RawChunk<T> graw[kMaxChunks], uraw[kMaxChunks];
+  load_pass(e, t, kind, lane, graw, uraw);
+  for (;;) {
+    int64_t ne = e, nt = t, next_pass = pass + 1, next_v0 = v0;
+    RowKind next_kind = kind;
+    if (next_pass == passes) {
+      next_pass = 0;
+      next_v0 += row_step;
+      next_kind = next_v0 < total ? locate(next_v0 + slot, ne, nt) : RowKind::kNone;
+    }
+    RawChunk<T> gnext[kMaxChunks], unext[kMaxChunks];
+    load_pass(ne, nt, next_kind, lane + next_pass * pass_chunks, gnext, unext);
+    RawChunk<T> a[kMaxChunks];
+    bool live[kMaxChunks];
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) live[k] = kind == RowKind::kData && lane + pass * pass_chunks + k * W < chunks;
+    silu_mul_chunks<T, kMaxChunks>(graw, uraw, live, a);
+    quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, lane + pass * pass_chunks, W, chunks, group_lanes);
+    if (next_v0 >= total) break;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) graw[k] = gnext[k], uraw[k] = unext[k];
+    e = ne, t = nt, pass = next_pass, v0 = next_v0, kind = next_kind;
   }
 }
 
@@ -703,8 +785,7 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
 #define FP8OPS_SILU_LAUNCH(C)                                                                                         \
   {                                                                                                                   \
     constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kSiluMaxChunks<T> ? kSiluMaxChunks<T> : C), kMasked>; \
-    const uint32_t blocks =                                                                                           \
-        row_grid_blocks(rows, s.rows_per_block, kMasked ? resident_blocks_per_sm<kernel>(256) : 0, sm_count);         \
+    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count);   \
     return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                   \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
