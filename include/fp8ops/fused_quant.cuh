@@ -287,7 +287,7 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   const bool first_lane = (c0 & (group_lanes - 1)) == 0;  // W is a multiple of group_lanes
   const uint32_t group_log2 = __ffs(static_cast<int>(group_lanes)) - 1;
   uint8_t* const q_row = o.q + (e * o.q_rows + t) * o.D;
-  const int64_t s_row = e * o.s_stride_e + t * o.s_stride_t;
+  const int64_t s_row = row_scale_base(o, e, t);
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
     const int64_t c = c0 + int64_t(k) * W;
@@ -304,7 +304,7 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
     }
     if (first_lane) {
       const int64_t s = c >> group_log2;  // c / group_lanes, a power of two
-      const int64_t word = s_row + (o.packed ? s >> 2 : s) * o.s_stride_s;
+      const int64_t word = s_row + scale_group_offset(o, s);
       if (!o.packed) {
         static_cast<float*>(o.scale)[word] = data ? scale : 0.0f;
       } else {
@@ -581,12 +581,13 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     }
     RawChunk<T> gnext[kMaxChunks], unext[kMaxChunks];
     load_pass(ne, nt, next_kind, lane + next_pass * pass_chunks, gnext, unext);
+    const int64_t c0 = lane + pass * pass_chunks;
     RawChunk<T> a[kMaxChunks];
     bool live[kMaxChunks];
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) live[k] = kind == RowKind::kData && lane + pass * pass_chunks + k * W < chunks;
+    for (int k = 0; k < kMaxChunks; ++k) live[k] = kind == RowKind::kData && c0 + k * W < chunks;
     silu_mul_chunks<T, kMaxChunks>(graw, uraw, live, a);
-    quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, lane + pass * pass_chunks, W, chunks, group_lanes);
+    quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, c0, W, chunks, group_lanes);
     if (next_v0 >= total) break;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) graw[k] = gnext[k], uraw[k] = unext[k];

@@ -107,9 +107,16 @@ FP8OPS_HD int64_t masked_pad_word_offset(const SiluMulQuantParams& p, int64_t i)
   return e * p.out.s_stride_e + c * p.out.s_stride_s + p.T_q + r;
 }
 
-// Word offset of scale group s of row (e, t); for packed scales, the word that holds its byte.
+// Word offset of row (e, t)'s scales, and of its scale group s from there (for packed scales,
+// the word that holds the group's byte).
+FP8OPS_HD int64_t row_scale_base(const RowQuantOut& o, int64_t e, int64_t t) {
+  return e * o.s_stride_e + t * o.s_stride_t;
+}
+FP8OPS_HD int64_t scale_group_offset(const RowQuantOut& o, int64_t s) { return (o.packed ? s >> 2 : s) * o.s_stride_s; }
+
+// Word offset of scale group s of row (e, t).
 FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int64_t s) {
-  return e * o.s_stride_e + t * o.s_stride_t + (o.packed ? s >> 2 : s) * o.s_stride_s;
+  return row_scale_base(o, e, t) + scale_group_offset(o, s);
 }
 
 // Step 3 of rms_norm_quant: 1 / sqrt(ms + eps), correctly rounded square root and division.
