@@ -127,6 +127,7 @@ void rms_norm_quant_typed(const RmsNormQuantParams& p) {
       float r = load_float<T>(p.x, t * p.x_stride + k);
       if (p.residual != nullptr) {
         r = round_to<T>(add_rn(r, load_float<T>(p.residual, t * p.r_stride + k)));
+        if constexpr (std::is_same_v<T, float>) r = r != r ? bits_float(kCanonicalNanF32) : r;
         store_elem<T>(p.residual, t * p.r_stride + k, r);
       }
       y[k] = r;

@@ -124,11 +124,11 @@ template <typename T>
 __device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElems]) {
   RawChunk<T> r;
   if constexpr (sizeof(T) == 4) {
+    uint32_t b[kChunkElems];
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      r.w[i] = make_uint4(__float_as_uint(v[4 * i]), __float_as_uint(v[4 * i + 1]), __float_as_uint(v[4 * i + 2]),
-                          __float_as_uint(v[4 * i + 3]));
-    }
+    for (int i = 0; i < kChunkElems; ++i) b[i] = v[i] != v[i] ? kCanonicalNanF32 : __float_as_uint(v[i]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) r.w[i] = make_uint4(b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]);
   } else {
     uint32_t w[4];
 #pragma unroll

@@ -101,6 +101,10 @@ FP8OPS_HD float sqrt_rn(float a) {
 // exp(x) for -86.6 <= x <= 88.72283. exp_fp32_steps is that for any x in that range (outside it
 // its value is meaningless but defined); exp_fp32 clamps, then gives 0 below the range, inf above
 // it and NaN for NaN, by selects, so that the code has no branches.
+// The NaN that an fp32 value written back (rms_norm_quant's residual) takes on both sides: the
+// one the GPU's arithmetic gives, whatever NaN went in.
+constexpr uint32_t kCanonicalNanF32 = 0x7FFFFFFFu;
+
 constexpr float kExpLow = -86.6f, kExpHigh = 88.72283f;
 
 FP8OPS_HD float clamp_exp_arg(float x) {
