@@ -525,21 +525,24 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     }
   }
   const T* __restrict__ x = static_cast<const T*>(p.x);
+  // Row and chunk indices are 32-bit (prepare bounds rows times scale groups below 2^31); element
+  // offsets are 64-bit.
+  const uint32_t rows = static_cast<uint32_t>(total), n_chunks = static_cast<uint32_t>(chunks);
   // Row v of the slots' sequence: its expert, token and kind.
-  auto locate = [&](int64_t v, int64_t& e, int64_t& t) -> RowKind {
+  auto locate = [&](uint32_t v, uint32_t& e, uint32_t& t) -> RowKind {
     if constexpr (kMasked) {
       int lo = 0, hi = static_cast<int>(p.E);  // the last expert whose rows start at or before v
       while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
-        if (prefix[mid] <= v) {
+        if (static_cast<uint32_t>(prefix[mid]) <= v) {
           lo = mid;
         } else {
           hi = mid;
         }
       }
-      e = lo;
-      t = v - prefix[lo];
-      return v < total ? RowKind::kData : RowKind::kNone;
+      e = static_cast<uint32_t>(lo);
+      t = v - static_cast<uint32_t>(prefix[lo]);
+      return v < rows ? RowKind::kData : RowKind::kNone;
     } else {
       e = 0;
       t = v;
@@ -549,46 +552,46 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   // A pass: kMaxChunks chunks per lane, c0 = lane + pass * pass_chunks, loaded together. Every lane
   // makes the same passes (chunks past the row's end are not loaded), so each pass's shuffles
   // see the whole warp.
-  const int64_t pass_chunks = static_cast<int64_t>(kMaxChunks) * W;
-  const int64_t passes = (chunks + pass_chunks - 1) >> (lanes_log2 + (31 - __clz(kMaxChunks)));
-  auto load_pass = [&](int64_t e, int64_t t, RowKind kind, int64_t c0, RawChunk<T>(&g)[kMaxChunks],
+  const uint32_t pass_log2 = lanes_log2 + (31 - __clz(kMaxChunks));
+  const uint32_t passes = (n_chunks + (1u << pass_log2) - 1) >> pass_log2;
+  auto load_pass = [&](uint32_t e, uint32_t t, RowKind kind, uint32_t c0, RawChunk<T>(&g)[kMaxChunks],
                        RawChunk<T>(&u)[kMaxChunks]) {
-    const T* gate = x + e * p.x_stride_e + t * p.x_stride_t;
+    const T* gate = x + static_cast<int64_t>(e) * p.x_stride_e + static_cast<int64_t>(t) * p.x_stride_t;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
-      const int64_t c = c0 + static_cast<int64_t>(k) * W;
-      const bool load = c < chunks && kind == RowKind::kData;
-      u[k] = load_raw8<T, kVec>(gate + p.H + c * kChunkElems, load);
-      g[k] = load_raw8<T, kVec>(gate + c * kChunkElems, load);
+      const uint32_t c = c0 + k * W;
+      const bool load = c < n_chunks && kind == RowKind::kData;
+      u[k] = load_raw8<T, kVec>(gate + p.H + static_cast<int64_t>(c) * kChunkElems, load);
+      g[k] = load_raw8<T, kVec>(gate + static_cast<int64_t>(c) * kChunkElems, load);
     }
   };
   // The grid strides over the rows. The next pass's loads (of this row, or of the slot's next
   // row) are issued before the current pass's work, so that they are in flight during it.
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_block;
-  int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block;
-  if (v0 >= total) return;
-  int64_t e, t, pass = 0;
+  const uint32_t row_step = gridDim.x * rows_per_block;
+  uint32_t v0 = blockIdx.x * rows_per_block;
+  if (v0 >= rows) return;
+  uint32_t e, t, pass = 0;
   RowKind kind = locate(v0 + slot, e, t);
   RawChunk<T> graw[kMaxChunks], uraw[kMaxChunks];
   load_pass(e, t, kind, lane, graw, uraw);
   for (;;) {
-    int64_t ne = e, nt = t, next_pass = pass + 1, next_v0 = v0;
+    uint32_t ne = e, nt = t, next_pass = pass + 1, next_v0 = v0;
     RowKind next_kind = kind;
     if (next_pass == passes) {
       next_pass = 0;
       next_v0 += row_step;
-      next_kind = next_v0 < total ? locate(next_v0 + slot, ne, nt) : RowKind::kNone;
+      next_kind = next_v0 < rows ? locate(next_v0 + slot, ne, nt) : RowKind::kNone;
     }
     RawChunk<T> gnext[kMaxChunks], unext[kMaxChunks];
-    load_pass(ne, nt, next_kind, lane + next_pass * pass_chunks, gnext, unext);
-    const int64_t c0 = lane + pass * pass_chunks;
+    load_pass(ne, nt, next_kind, lane + (next_pass << pass_log2), gnext, unext);
+    const uint32_t c0 = lane + (pass << pass_log2);
     RawChunk<T> a[kMaxChunks];
     bool live[kMaxChunks];
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) live[k] = kind == RowKind::kData && c0 + k * W < chunks;
+    for (int k = 0; k < kMaxChunks; ++k) live[k] = kind == RowKind::kData && c0 + k * W < n_chunks;
     silu_mul_chunks<T, kMaxChunks>(graw, uraw, live, a);
-    quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, c0, W, chunks, group_lanes);
-    if (next_v0 >= total) break;
+    quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, c0, W, n_chunks, group_lanes);
+    if (next_v0 >= rows) break;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) graw[k] = gnext[k], uraw[k] = unext[k];
     e = ne, t = nt, pass = next_pass, v0 = next_v0, kind = next_kind;
