@@ -119,31 +119,17 @@ __device__ __forceinline__ void raw_to_floats(const RawChunk<T>& r, float (&v)[k
   }
 }
 
-// 8 floats that are exact values of T (or NaN, canonicalized) as a raw chunk.
-template <typename T>
-__device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElems]) {
-  RawChunk<T> r;
-  if constexpr (sizeof(T) == 4) {
-    uint32_t b[kChunkElems];
-#pragma unroll
-    for (int i = 0; i < kChunkElems; ++i) b[i] = v[i] != v[i] ? kCanonicalNanF32 : __float_as_uint(v[i]);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) r.w[i] = make_uint4(b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]);
-  } else {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
-    r.w[0] = make_uint4(w[0], w[1], w[2], w[3]);
-  }
-  return r;
-}
-
 // 8 floats rounded to T (to nearest even) as a raw chunk, two per conversion instruction. A NaN
 // stays a NaN of any payload: for values that are only quantized (a NaN codes to 0), not stored.
 template <typename T>
 __device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems]) {
+  RawChunk<T> r;
   if constexpr (sizeof(T) == 4) {
-    return floats_to_raw<T>(v);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      r.w[i] = make_uint4(__float_as_uint(v[4 * i]), __float_as_uint(v[4 * i + 1]), __float_as_uint(v[4 * i + 2]),
+                          __float_as_uint(v[4 * i + 3]));
+    }
   } else {
     uint32_t w[4];
 #pragma unroll
@@ -154,10 +140,36 @@ __device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems])
         w[i] = half2_bits(__floats2half2_rn(v[2 * i], v[2 * i + 1]));
       }
     }
-    RawChunk<T> r;
     r.w[0] = make_uint4(w[0], w[1], w[2], w[3]);
-    return r;
   }
+  return r;
+}
+
+// 8 floats that are exact values of T (or NaN, canonicalized) as a raw chunk. For bf16 and fp16:
+// pack_round, then, only for a chunk that holds a NaN (a magnitude above inf's bits), each element
+// again with the canonical NaN.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElems]) {
+  RawChunk<T> r = pack_round<T>(v);
+  if constexpr (sizeof(T) == 4) {
+    uint32_t b[kChunkElems];
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) b[i] = v[i] != v[i] ? kCanonicalNanF32 : __float_as_uint(v[i]);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) r.w[i] = make_uint4(b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]);
+  } else {
+    constexpr uint32_t kInf = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
+    const uint4 p = r.w[0];
+    const uint32_t m2 =
+        __vmaxu2(__vmaxu2(p.x & 0x7FFF7FFFu, p.y & 0x7FFF7FFFu), __vmaxu2(p.z & 0x7FFF7FFFu, p.w & 0x7FFF7FFFu));
+    if (max(m2 & 0xFFFFu, m2 >> 16) > kInf) {
+      uint32_t w[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
+      r.w[0] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+  return r;
 }
 
 template <typename T, bool kVec>
