@@ -242,17 +242,16 @@ __device__ __forceinline__ float magnitude_bits_float(uint32_t m) {
   }
 }
 
-// L2 prefetch of the 128-byte lines of a row's chunks lane, lane + W, ... (and of the chunks
-// `second` elements further, when nonzero), one request per line.
+// L2 prefetch of the 128-byte lines of a row of `chunks` chunks (and of those `second` elements
+// further, when nonzero): lines lane, lane + W, ..., one request each.
 template <typename T>
 __device__ __forceinline__ void prefetch_row_lines(const T* row, int64_t second, uint32_t lane, uint32_t W,
                                                    int64_t chunks) {
-  constexpr int64_t kChunksPerLine = 128 / (kChunkElems * sizeof(T));
-  for (int64_t c = lane; c < chunks; c += W) {
-    if (c % kChunksPerLine == 0) {
-      prefetch_l2(row + c * kChunkElems);
-      if (second != 0) prefetch_l2(row + second + c * kChunkElems);
-    }
+  constexpr int64_t kElemsPerLine = 128 / sizeof(T);
+  const uint32_t lines = static_cast<uint32_t>((chunks * kChunkElems + kElemsPerLine - 1) / kElemsPerLine);
+  for (uint32_t l = lane; l < lines; l += W) {
+    prefetch_l2(row + l * kElemsPerLine);
+    if (second != 0) prefetch_l2(row + second + l * kElemsPerLine);
   }
 }
 
@@ -615,7 +614,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 // with the row, before the sum, so that its latency hides behind the row's.
 template <typename T, bool kVec, int kMaxChunks, bool kResidual>
 __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 ? (kResidual ? 3 : 4) : 1)
-    rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
+    rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2, const uint32_t prefetch_blocks) {
   __shared__ float warp_sums[kRowBlockThreads / 32];
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
@@ -627,8 +626,10 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
   T* __restrict__ res = static_cast<T*>(p.residual);
   const T* __restrict__ weight = static_cast<const T*>(p.weight);
   // Before waiting for the previous grid: the L2 prefetch of this block's first row and of the
-  // weight (launch.cuh says why that is safe).
-  if (const int64_t t = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot; t < p.T) {
+  // weight (launch.cuh says why that is safe), by the blocks of the first wave only (those that
+  // can start while the previous grid is finishing; later ones would load the lines at once).
+  if (const int64_t t = static_cast<int64_t>(blockIdx.x) * rows_per_block + slot;
+      t < p.T && blockIdx.x < prefetch_blocks) {
     prefetch_row_lines<T>(x + t * p.x_stride, 0, lane, W, chunks);
     if constexpr (kResidual) prefetch_row_lines<T>(res + t * p.r_stride, 0, lane, W, chunks);
     if (blockIdx.x == 0) prefetch_row_lines<T>(weight, 0, lane, W, chunks);
@@ -828,11 +829,12 @@ cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowSha
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
-#define FP8OPS_RMS_LAUNCH(C)                                                                        \
-  {                                                                                                 \
-    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;             \
-    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, 0, sm_count);                  \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2); \
+#define FP8OPS_RMS_LAUNCH(C)                                                                                        \
+  {                                                                                                                 \
+    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;                             \
+    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, 0, sm_count);                                  \
+    const uint32_t first_wave = static_cast<uint32_t>(resident_blocks_per_sm<kernel>(kRowBlockThreads) * sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);     \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
 #undef FP8OPS_RMS_LAUNCH
