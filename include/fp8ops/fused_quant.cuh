@@ -145,9 +145,36 @@ __device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems])
   return r;
 }
 
+// The bits of inf in a 16-bit T: a magnitude above them is a NaN.
+template <typename T>
+constexpr uint32_t kInfBits = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
+
+// The bits of the largest |value| of a raw chunk, as T's bit pattern (for non-negative floats the
+// order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
+// such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed.
+template <typename T>
+__device__ __forceinline__ uint32_t raw_magnitude_bits(const RawChunk<T>& r, bool& nonfinite) {
+  if constexpr (sizeof(T) == 4) {
+    uint32_t m = 0u;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      m = max(m, max(max(r.w[i].x & 0x7FFFFFFFu, r.w[i].y & 0x7FFFFFFFu),
+                     max(r.w[i].z & 0x7FFFFFFFu, r.w[i].w & 0x7FFFFFFFu)));
+    }
+    nonfinite = m >= 0x7F800000u;
+    return m;
+  } else {
+    const uint4 w = r.w[0];
+    const uint32_t m2 =
+        __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+    const uint32_t m = max(m2 & 0xFFFFu, m2 >> 16);
+    nonfinite = m >= kInfBits<T>;
+    return m;
+  }
+}
+
 // 8 floats that are exact values of T (or NaN, canonicalized) as a raw chunk. For bf16 and fp16:
-// pack_round, then, only for a chunk that holds a NaN (a magnitude above inf's bits), each element
-// again with the canonical NaN.
+// pack_round, then, only for a chunk that holds a NaN, each element again with the canonical NaN.
 template <typename T>
 __device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElems]) {
   RawChunk<T> r = pack_round<T>(v);
@@ -158,11 +185,8 @@ __device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElem
 #pragma unroll
     for (int i = 0; i < 2; ++i) r.w[i] = make_uint4(b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]);
   } else {
-    constexpr uint32_t kInf = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
-    const uint4 p = r.w[0];
-    const uint32_t m2 =
-        __vmaxu2(__vmaxu2(p.x & 0x7FFF7FFFu, p.y & 0x7FFF7FFFu), __vmaxu2(p.z & 0x7FFF7FFFu, p.w & 0x7FFF7FFFu));
-    if (max(m2 & 0xFFFFu, m2 >> 16) > kInf) {
+    bool nonfinite;
+    if (raw_magnitude_bits<T>(r, nonfinite) > kInfBits<T>) {
       uint32_t w[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
@@ -202,31 +226,6 @@ __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
     return __uint_as_float(finite_amax_bits_16x8<0x7F80u>(r.w[0]) << 16);
   } else {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(finite_amax_bits_16x8<0x7C00u>(r.w[0]))));
-  }
-}
-
-// The bits of the largest |value| of a raw chunk, as T's bit pattern (for non-negative floats the
-// order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
-// such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed.
-template <typename T>
-__device__ __forceinline__ uint32_t raw_magnitude_bits(const RawChunk<T>& r, bool& nonfinite) {
-  if constexpr (sizeof(T) == 4) {
-    uint32_t m = 0u;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      m = max(m, max(max(r.w[i].x & 0x7FFFFFFFu, r.w[i].y & 0x7FFFFFFFu),
-                     max(r.w[i].z & 0x7FFFFFFFu, r.w[i].w & 0x7FFFFFFFu)));
-    }
-    nonfinite = m >= 0x7F800000u;
-    return m;
-  } else {
-    constexpr uint32_t kInf = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
-    const uint4 w = r.w[0];
-    const uint32_t m2 =
-        __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
-    const uint32_t m = max(m2 & 0xFFFFu, m2 >> 16);
-    nonfinite = m >= kInf;
-    return m;
   }
 }
 
@@ -829,12 +828,12 @@ cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowSha
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
-#define FP8OPS_RMS_LAUNCH(C)                                                                                        \
-  {                                                                                                                 \
-    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;                             \
-    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, 0, sm_count);                                  \
-    const uint32_t first_wave = static_cast<uint32_t>(resident_blocks_per_sm<kernel>(kRowBlockThreads) * sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);     \
+#define FP8OPS_RMS_LAUNCH(C)                                                                                    \
+  {                                                                                                             \
+    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;                         \
+    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, 0, sm_count);                              \
+    const uint32_t first_wave = first_wave_blocks<kernel>(kRowBlockThreads, sm_count);                          \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave); \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
 #undef FP8OPS_RMS_LAUNCH

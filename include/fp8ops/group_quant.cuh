@@ -310,7 +310,7 @@ template <auto kKernel>
 cudaError_t launch_group_quant_grid(const GroupQuantLaunch& c, const GroupQuantParams& p, int sm_count,
                                     cudaStream_t stream, bool pdl) {
   const dim3 block(c.block_x, c.block_y);
-  const uint32_t first_wave = static_cast<uint32_t>(resident_blocks_per_sm<kKernel>(block.x * block.y) * sm_count);
+  const uint32_t first_wave = first_wave_blocks<kKernel>(block.x * block.y, sm_count);
   return launch_kernel(kKernel, dim3(c.grid_x, c.grid_y), block, stream, pdl, p, FastDivmod(c.row_divisor), c.rows,
                        c.gather_words, first_wave);
 }

@@ -68,4 +68,11 @@ int resident_blocks_per_sm(uint32_t threads) {
   return n > 0 ? n : 0;
 }
 
+// Blocks of kKernel's first wave on sm_count multiprocessors at threads per block: those resident
+// at once, which can start while the previous grid is finishing (0 when the query failed).
+template <auto kKernel>
+uint32_t first_wave_blocks(uint32_t threads, int sm_count) {
+  return static_cast<uint32_t>(resident_blocks_per_sm<kKernel>(threads) * sm_count);
+}
+
 }  // namespace fp8ops
