@@ -40,11 +40,13 @@ def main() -> int:
         x = rand(M, K, dtype=dtype)
         read_back(*fp8ops.per_token_group_quant(x, gs, layout, ue8m0=M == 5, pad_rows_to=4))
         read_back(*fp8ops.silu_mul_quant(rand(M, 2 * K, dtype=dtype), gs, layout, pad_rows_to=4))
+        # Rows of 6144: lanes of two adjacent chunks (bf16, fp16), two passes per row.
+        read_back(*fp8ops.silu_mul_quant(rand(M, 2 * 6144, dtype=dtype), gs, layout, pad_rows_to=4))
         read_back(*fp8ops.rms_norm_quant(x, rand(K, dtype=dtype), 1e-6, rand(M, K, dtype=dtype), gs, layout))
         read_back(*fp8ops.rms_norm_quant(rand(M, 2048, dtype=dtype), rand(2048, dtype=dtype), 1e-6, None, gs, layout))
-        calls += 4
-    for layout in ("row", "col_tma", "col_tma_packed"):
-        E, Mmax, H = 4, 6, 256
+        calls += 5
+    for layout, H in itertools.product(("row", "col_tma", "col_tma_packed"), (256, 6144)):
+        E, Mmax = 4, 6
         x = rand(E, Mmax, 2 * H)
         full = torch.full((E,), Mmax, dtype=torch.int32, device="cuda")
         read_back(*fp8ops.silu_mul_quant(x, 128, layout, masked_m=full))

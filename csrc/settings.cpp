@@ -77,6 +77,18 @@ FP8OPS_C_API void fp8ops_row_shape(int64_t chunks, int64_t op, int64_t* out) {
   out[3] = fp8ops::row_max_chunks(s.chunks_per_lane);
 }
 
+// fused_quant_launch.h's silu_shape: writes out[0..3]: lanes, units per lane, rows_per_block,
+// chunks per unit.
+FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked, int64_t elem_bytes, int64_t vec16,
+                                    int64_t sm_count, int64_t* out) {
+  const fp8ops::SiluShape s = fp8ops::silu_shape(chunks, rows, masked != 0, static_cast<int>(elem_bytes), vec16 != 0,
+                                                 static_cast<int>(sm_count));
+  out[0] = s.row.lanes;
+  out[1] = s.row.chunks_per_lane;
+  out[2] = s.row.rows_per_block;
+  out[3] = s.adjacent;
+}
+
 FP8OPS_C_API int64_t fp8ops_row_grid_blocks(int64_t rows, int64_t rows_per_block, int64_t resident_per_sm,
                                             int64_t sm_count) {
   return fp8ops::row_grid_blocks(rows, static_cast<uint32_t>(rows_per_block), static_cast<int>(resident_per_sm),

@@ -21,6 +21,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_indexer_config.argtypes = [_I64, _I64, _I64, _I64P]
     lib.fp8ops_indexer_grid.argtypes = [_I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_row_shape.argtypes = [_I64, _I64, _I64P]
+    lib.fp8ops_silu_shape.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
@@ -83,6 +84,14 @@ def row_shape(chunks: int, op: str) -> dict:
     out = (_I64 * 4)()
     _lib().fp8ops_row_shape(chunks, ("silu", "rms").index(op), out)
     return dict(zip(("lanes", "chunks_per_lane", "rows_per_block", "compiled_chunks"), out, strict=True))
+
+
+def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: bool, sm_count: int) -> dict:
+    """How silu_mul_quant shares its rows out: units of `adjacent` chunks over `lanes` lanes
+    (include/fp8ops/fused_quant_launch.h)."""
+    out = (_I64 * 4)()
+    _lib().fp8ops_silu_shape(chunks, rows, int(masked), elem_bytes, int(vec16), sm_count, out)
+    return dict(zip(("lanes", "units_per_lane", "rows_per_block", "adjacent"), out, strict=True))
 
 
 def row_grid_blocks(rows: int, rows_per_block: int, resident_per_sm: int, sm_count: int) -> int:

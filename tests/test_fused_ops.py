@@ -448,8 +448,14 @@ def call_over_poison(fn, like):
 def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128))
     # H = 33280 and 8320: rows of several passes; 8320 (1040 chunks) ends in a pass that only some
-    # lanes of a warp have chunks in.
-    for M, H, gs in (*shapes, (3, 33280, 128), (5, 8320, 32)):
+    # lanes of a warp have chunks in. 6144 with groups of 64: lanes of two adjacent chunks.
+    shapes = (*shapes, (3, 33280, 128), (5, 8320, 32), (3, 6144, 64))
+    if dtype != torch.float32:
+        # Both lane shapes run: one chunk per lane, and two adjacent chunks (large or wide rows).
+        sms = torch.cuda.get_device_properties(0).multi_processor_count
+        adjacent = {_native.silu_shape(H // 8, M + (-M) % 4, False, 2, True, sms)["adjacent"] for M, H, _ in shapes}
+        assert adjacent == {1, 2}
+    for M, H, gs in shapes:
         x = make_input((M, 2 * H), dtype, device="cuda", nonfinite=M == 17)
         for xx in (x, strided_rows(x), misaligned(x)):
             cq, cs = fp8ops.silu_mul_quant(xx.cpu(), gs, layout, M % 2 == 1, 4)
@@ -461,7 +467,8 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
 @pytest.mark.parametrize("layout", MASKED_LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_silu_mul_quant_masked_rows_past_count_keep_poison(layout, dtype, pdl):
-    for E, Mmax, H in ((6, 9, 384), (32, 256, 2048), (1, 1, 128)):
+    # H = 6144: two adjacent chunks per lane in two passes.
+    for E, Mmax, H in ((6, 9, 384), (32, 256, 2048), (1, 1, 128), (4, 7, 6144)):
         counts = torch.randint(0, Mmax + 1, (E,))
         counts[0] = 0
         counts[-1] = Mmax

@@ -266,29 +266,42 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, 
   return make_uint2(lo, hi);
 }
 
-// Quantizes the chunks a[k] (chunk c0 + k * W of row (e, t), 8 values of T each; c0 is the
-// lane's first) and stores their codes and, from each group's first lane, the scales. Every lane
-// of the warp calls it: a group's amax is reduced over the group_lanes lanes that hold its
-// chunks, for all k at once.
-template <typename T, int kN>
-__device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN], RowKind kind,
-                                                   int64_t e, int64_t t, int64_t c0, uint32_t W, int64_t chunks,
-                                                   uint32_t group_lanes) {
+// Quantizes a lane's units of kAdj adjacent chunks (unit c0 + k * W of row (e, t) is chunks
+// (c0 + k * W) * kAdj + i, i < kAdj, held in a[k * kAdj + i]; c0 is the lane's first) and stores
+// their codes and, from each group's first lane, the scales. Every lane of the warp calls it: a
+// group's amax is reduced over the group_lanes lanes that hold its units, for all k at once.
+template <typename T, int kN, int kAdj = 1>
+__device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN * kAdj],
+                                                   RowKind kind, int64_t e, int64_t t, int64_t c0, uint32_t W,
+                                                   int64_t units, uint32_t group_lanes) {
+  static_assert(kAdj == 1 || kAdj == 2, "one or two adjacent chunks per unit");
   const bool data = kind == RowKind::kData;
   float amax[kN];
   bool nonfinite[kN];
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
+    const bool in = data && c0 + int64_t(k) * W < units;
+    uint32_t m = 0u;
     bool nf = false;
-    const bool in = data && c0 + int64_t(k) * W < chunks;
-    const uint32_t m = in ? raw_magnitude_bits<T>(a[k], nf) : 0u;
+#pragma unroll
+    for (int i = 0; i < kAdj; ++i) {
+      bool nfi = false;
+      m = max(m, in ? raw_magnitude_bits<T>(a[k * kAdj + i], nfi) : 0u);
+      nf = nf || nfi;
+    }
     nonfinite[k] = in && nf;
-    amax[k] = nonfinite[k] ? raw_finite_amax<T>(a[k]) : magnitude_bits_float<T>(m);
+    if (nonfinite[k]) {
+      amax[k] = raw_finite_amax<T>(a[k * kAdj]);
+#pragma unroll
+      for (int i = 1; i < kAdj; ++i) amax[k] = fmaxf(amax[k], raw_finite_amax<T>(a[k * kAdj + i]));
+    } else {
+      amax[k] = magnitude_bits_float<T>(m);
+    }
   }
   // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle; a level past
   // the group's lanes exchanges with lane ^ 0, itself.
 #pragma unroll
-  for (uint32_t off = 8; off > 0; off >>= 1) {
+  for (uint32_t off = 16 / kAdj / 2; off > 0; off >>= 1) {
     const uint32_t lane_mask = off & (group_lanes - 1);
 #pragma unroll
     for (int k = 0; k < kN; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xFFFFFFFFu, amax[k], lane_mask));
@@ -301,16 +314,27 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
     const int64_t c = c0 + int64_t(k) * W;
-    if (c >= chunks) break;
+    if (c >= units) break;
     const float scale = group_scale(amax[k], o.eps, o.ue8m0);
     if (kind != RowKind::kScalePad) {
-      uint2 codes = make_uint2(0u, 0u);
+      uint2 codes[kAdj];
+#pragma unroll
+      for (int i = 0; i < kAdj; ++i) codes[i] = make_uint2(0u, 0u);
       if (data) {
-        float v[kChunkElems];
-        raw_to_floats<T>(a[k], v);
-        codes = codes8(v, o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale), nonfinite[k]);
+        const float r = o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale);
+#pragma unroll
+        for (int i = 0; i < kAdj; ++i) {
+          float v[kChunkElems];
+          raw_to_floats<T>(a[k * kAdj + i], v);
+          codes[i] = codes8(v, r, nonfinite[k]);
+        }
       }
-      *reinterpret_cast<uint2*>(q_row + c * kChunkElems) = codes;
+      uint8_t* const dst = q_row + c * (kAdj * kChunkElems);
+      if constexpr (kAdj == 1) {
+        *reinterpret_cast<uint2*>(dst) = codes[0];
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
+      }
     }
     if (first_lane) {
       const int64_t s = c >> group_log2;  // c / group_lanes, a power of two
@@ -465,23 +489,24 @@ cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, in
   return cudaGetLastError();
 }
 
-// ---- silu_mul_quant. A block's 256 threads hold 256 / W rows of W lanes; the grid strides over
-// the rows (flat: the T_s rows; masked: the valid rows of every expert, counted by a prefix sum
-// of masked_m in shared memory, so the work follows the valid rows, not E * Mmax).
+// ---- silu_mul_quant. A block's 256 threads hold 256 / W rows of W lanes, each lane units of
+// kAdj adjacent chunks (silu_shape); the grid strides over the rows (flat: the T_s rows; masked:
+// the valid rows of every expert, counted by a prefix sum of masked_m in shared memory, so the
+// work follows the valid rows, not E * Mmax).
 constexpr int kMaskedMaxExperts = 1024;
 
 // Chunks per lane a pass (more run in further passes): the loads of a pass are in flight at once.
 template <typename T>
 constexpr int kSiluMaxChunks = sizeof(T) == 4 ? 2 : 4;
 
-template <typename T, bool kVec, int kMaxChunks, bool kMasked>
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj>
 __global__ void __launch_bounds__(kRowBlockThreads)
     silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2) {
   __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
-  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
+  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / (kChunkElems * kAdj);
   const int64_t chunks = p.H / kChunkElems;
   // Before waiting for the previous grid: the L2 prefetch of this block's first row (flat) or of
   // masked_m (launch.cuh says why that is safe).
@@ -537,7 +562,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   const T* __restrict__ x = static_cast<const T*>(p.x);
   // Row and chunk indices are 32-bit (prepare bounds rows times scale groups below 2^31); element
   // offsets are 64-bit.
-  const uint32_t rows = static_cast<uint32_t>(total), n_chunks = static_cast<uint32_t>(chunks);
+  const uint32_t rows = static_cast<uint32_t>(total), n_units = static_cast<uint32_t>(chunks / kAdj);
   // Row v of the slots' sequence: its expert, token and kind.
   auto locate = [&](uint32_t v, uint32_t& e, uint32_t& t) -> RowKind {
     if constexpr (kMasked) {
@@ -559,20 +584,25 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       return flat_row_kind(t, p.T, p.T_q, p.T_s);
     }
   };
-  // A pass: kMaxChunks chunks per lane, c0 = lane + pass * pass_chunks, loaded together. Every lane
-  // makes the same passes (chunks past the row's end are not loaded), so each pass's shuffles
-  // see the whole warp.
+  // A pass: kMaxChunks units of kAdj adjacent chunks per lane, c0 = lane + pass * pass_units,
+  // loaded together. Every lane makes the same passes (units past the row's end are not loaded),
+  // so each pass's shuffles see the whole warp.
+  constexpr int kPassChunks = kMaxChunks * kAdj;
   const uint32_t pass_log2 = lanes_log2 + (31 - __clz(kMaxChunks));
-  const uint32_t passes = (n_chunks + (1u << pass_log2) - 1) >> pass_log2;
-  auto load_pass = [&](uint32_t e, uint32_t t, RowKind kind, uint32_t c0, RawChunk<T>(&g)[kMaxChunks],
-                       RawChunk<T>(&u)[kMaxChunks]) {
+  const uint32_t passes = (n_units + (1u << pass_log2) - 1) >> pass_log2;
+  auto load_pass = [&](uint32_t e, uint32_t t, RowKind kind, uint32_t c0, RawChunk<T>(&g)[kPassChunks],
+                       RawChunk<T>(&u)[kPassChunks]) {
     const T* gate = x + static_cast<int64_t>(e) * p.x_stride_e + static_cast<int64_t>(t) * p.x_stride_t;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
       const uint32_t c = c0 + k * W;
-      const bool load = c < n_chunks && kind == RowKind::kData;
-      u[k] = load_raw8<T, kVec>(gate + p.H + static_cast<int64_t>(c) * kChunkElems, load);
-      g[k] = load_raw8<T, kVec>(gate + static_cast<int64_t>(c) * kChunkElems, load);
+      const bool load = c < n_units && kind == RowKind::kData;
+#pragma unroll
+      for (int i = 0; i < kAdj; ++i) {
+        const int64_t off = (static_cast<int64_t>(c) * kAdj + i) * kChunkElems;
+        u[k * kAdj + i] = load_raw8<T, kVec>(gate + p.H + off, load);
+        g[k * kAdj + i] = load_raw8<T, kVec>(gate + off, load);
+      }
     }
   };
   // The grid strides over the rows. The next pass's loads (of this row, or of the slot's next
@@ -582,7 +612,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   if (v0 >= rows) return;
   uint32_t e, t, pass = 0;
   RowKind kind = locate(v0 + slot, e, t);
-  RawChunk<T> graw[kMaxChunks], uraw[kMaxChunks];
+  RawChunk<T> graw[kPassChunks], uraw[kPassChunks];
   load_pass(e, t, kind, lane, graw, uraw);
   for (;;) {
     uint32_t ne = e, nt = t, next_pass = pass + 1, next_v0 = v0;
@@ -592,18 +622,18 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       next_v0 += row_step;
       next_kind = next_v0 < rows ? locate(next_v0 + slot, ne, nt) : RowKind::kNone;
     }
-    RawChunk<T> gnext[kMaxChunks], unext[kMaxChunks];
+    RawChunk<T> gnext[kPassChunks], unext[kPassChunks];
     load_pass(ne, nt, next_kind, lane + (next_pass << pass_log2), gnext, unext);
     const uint32_t c0 = lane + (pass << pass_log2);
-    RawChunk<T> a[kMaxChunks];
-    bool live[kMaxChunks];
+    RawChunk<T> a[kPassChunks];
+    bool live[kPassChunks];
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) live[k] = kind == RowKind::kData && c0 + k * W < n_chunks;
-    silu_mul_chunks<T, kMaxChunks>(graw, uraw, live, a);
-    quant_store_chunks<T, kMaxChunks>(p.out, a, kind, e, t, c0, W, n_chunks, group_lanes);
+    for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
+    silu_mul_chunks<T, kPassChunks>(graw, uraw, live, a);
+    quant_store_chunks<T, kMaxChunks, kAdj>(p.out, a, kind, e, t, c0, W, n_units, group_lanes);
     if (next_v0 >= rows) break;
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) graw[k] = gnext[k], uraw[k] = unext[k];
+    for (int k = 0; k < kPassChunks; ++k) graw[k] = gnext[k], uraw[k] = unext[k];
     e = ne, t = nt, pass = next_pass, v0 = next_v0, kind = next_kind;
   }
 }
@@ -792,20 +822,30 @@ bool row_vec_ok(const void* base, int64_t stride_a, int64_t stride_b = 0) {
     default: LAUNCH(16);            \
   }
 
-template <typename T, bool kVec, bool kMasked>
+template <typename T, bool kVec, bool kMasked, int kAdj>
 cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, int sm_count,
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
-#define FP8OPS_SILU_LAUNCH(C)                                                                                         \
-  {                                                                                                                   \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kSiluMaxChunks<T> ? kSiluMaxChunks<T> : C), kMasked>; \
-    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count);   \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                   \
+  constexpr int kMaxUnits = kAdj == 1 ? kSiluMaxChunks<T> : 1;
+#define FP8OPS_SILU_LAUNCH(C)                                                                                       \
+  {                                                                                                                 \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kMaxUnits ? kMaxUnits : C), kMasked, kAdj>;         \
+    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                 \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH
+}
+
+template <typename T, bool kVec, bool kMasked>
+cudaError_t launch_silu_mul_quant_shape(const SiluMulQuantParams& p, const SiluShape& s, int sm_count,
+                                        cudaStream_t stream, bool pdl) {
+  if constexpr (kVec && sizeof(T) == 2) {
+    if (s.adjacent == 2) return launch_silu_mul_quant_impl<T, kVec, kMasked, 2>(p, s.row, sm_count, stream, pdl);
+  }
+  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1>(p, s.row, sm_count, stream, pdl);
 }
 
 template <typename T>
@@ -813,14 +853,14 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
   const bool masked = p.masked_m != nullptr;
   if ((masked ? p.E * p.T_q : p.T_s) == 0 || p.H == 0) return cudaSuccess;
   if (masked && p.E > kMaskedMaxExperts) return cudaErrorInvalidValue;
-  const RowShape s = row_shape(p.H / kChunkElems, kSiluChunksPerLane);
   const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
+  const SiluShape s = silu_shape(p.H / kChunkElems, masked ? p.E * p.T_q : p.T_s, masked, sizeof(T), vec, sm_count);
   if (masked) {
-    return vec ? launch_silu_mul_quant_impl<T, true, true>(p, s, sm_count, stream, pdl)
-               : launch_silu_mul_quant_impl<T, false, true>(p, s, sm_count, stream, pdl);
+    return vec ? launch_silu_mul_quant_shape<T, true, true>(p, s, sm_count, stream, pdl)
+               : launch_silu_mul_quant_shape<T, false, true>(p, s, sm_count, stream, pdl);
   }
-  return vec ? launch_silu_mul_quant_impl<T, true, false>(p, s, sm_count, stream, pdl)
-             : launch_silu_mul_quant_impl<T, false, false>(p, s, sm_count, stream, pdl);
+  return vec ? launch_silu_mul_quant_shape<T, true, false>(p, s, sm_count, stream, pdl)
+             : launch_silu_mul_quant_shape<T, false, false>(p, s, sm_count, stream, pdl);
 }
 
 template <typename T, bool kVec, bool kResidual>

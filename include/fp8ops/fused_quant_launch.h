@@ -21,6 +21,30 @@ inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
   return c;
 }
 
+// silu_mul_quant's lanes: each holds units of `adjacent` neighbouring chunks (1 or 2), and the
+// units of a row are shared out as row_shape says. Two chunks per unit share the unit's group
+// amax shuffles, scale and addressing, which pays where the kernel is bound by instruction issue:
+// rows that would give a lane more than two chunks, and, flat, grids of at least
+// kSiluPairChunksPerSm chunks per multiprocessor. Smaller grids keep one chunk per lane and twice
+// the lanes, for latency; so do masked buffers of narrower rows, whose valid rows (often a few
+// per expert) only the device knows. Two need bf16 or fp16 rows loaded 16 bytes at a time.
+constexpr int64_t kSiluPairChunksPerSm = 896;
+
+struct SiluShape {
+  RowShape row;       // over units of `adjacent` chunks
+  uint32_t adjacent;  // chunks per unit
+};
+
+// chunks: chunks of a row; rows: the row slots (flat: T_s; masked: E * Mmax).
+inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_bytes, bool vec16, int sm_count) {
+  const RowShape single = row_shape(chunks, kSiluChunksPerLane);
+  const bool large = !masked && rows * chunks >= kSiluPairChunksPerSm * sm_count;
+  if (elem_bytes == 2 && vec16 && (single.chunks_per_lane > 2 || large)) {
+    return {row_shape(chunks / 2, kSiluChunksPerLane), 2};
+  }
+  return {single, 1};
+}
+
 // Blocks of the grid that strides over rows: enough for every row, at most
 // blocks_per_sm * sm_count (0: no cap, one block per row slot). silu_mul_quant caps it at the
 // resident blocks (in masked mode the valid rows are known on the device only); rms_norm_quant
