@@ -453,7 +453,9 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     if dtype != torch.float32:
         # Both lane shapes run: one chunk per lane, and two adjacent chunks (large or wide rows).
         sms = torch.cuda.get_device_properties(0).multi_processor_count
-        adjacent = {_native.silu_shape(H // 8, M + (-M) % 4, False, 2, True, sms)["adjacent"] for M, H, _ in shapes}
+        adjacent = {
+            _native.silu_shape(H // 8, _layout.align(M, 4), False, 2, True, sms)["adjacent"] for M, H, _ in shapes
+        }
         assert adjacent == {1, 2}
     for M, H, gs in shapes:
         x = make_input((M, 2 * H), dtype, device="cuda", nonfinite=M == 17)

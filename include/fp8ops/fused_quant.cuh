@@ -828,6 +828,7 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
+  // A pass of two-chunk units holds one: two per pass would double the registers in flight.
   constexpr int kMaxUnits = kAdj == 1 ? kSiluMaxChunks<T> : 1;
 #define FP8OPS_SILU_LAUNCH(C)                                                                                       \
   {                                                                                                                 \
@@ -851,10 +852,11 @@ cudaError_t launch_silu_mul_quant_shape(const SiluMulQuantParams& p, const SiluS
 template <typename T>
 cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   const bool masked = p.masked_m != nullptr;
-  if ((masked ? p.E * p.T_q : p.T_s) == 0 || p.H == 0) return cudaSuccess;
+  const int64_t slots = masked ? p.E * p.T_q : p.T_s;
+  if (slots == 0 || p.H == 0) return cudaSuccess;
   if (masked && p.E > kMaskedMaxExperts) return cudaErrorInvalidValue;
   const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
-  const SiluShape s = silu_shape(p.H / kChunkElems, masked ? p.E * p.T_q : p.T_s, masked, sizeof(T), vec, sm_count);
+  const SiluShape s = silu_shape(p.H / kChunkElems, slots, masked, sizeof(T), vec, sm_count);
   if (masked) {
     return vec ? launch_silu_mul_quant_shape<T, true, true>(p, s, sm_count, stream, pdl)
                : launch_silu_mul_quant_shape<T, false, true>(p, s, sm_count, stream, pdl);

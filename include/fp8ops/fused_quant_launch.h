@@ -35,7 +35,8 @@ struct SiluShape {
   uint32_t adjacent;  // chunks per unit
 };
 
-// chunks: chunks of a row; rows: the row slots (flat: T_s; masked: E * Mmax).
+// chunks: chunks of a row (a multiple of 4: groups hold at least 32 elements); rows: the row
+// slots (flat: T_s; masked: E * Mmax).
 inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_bytes, bool vec16, int sm_count) {
   const RowShape single = row_shape(chunks, kSiluChunksPerLane);
   const bool large = !masked && rows * chunks >= kSiluPairChunksPerSm * sm_count;
