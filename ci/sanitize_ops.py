@@ -45,6 +45,12 @@ def main() -> int:
         read_back(*fp8ops.rms_norm_quant(x, rand(K, dtype=dtype), 1e-6, rand(M, K, dtype=dtype), gs, layout))
         read_back(*fp8ops.rms_norm_quant(rand(M, 2048, dtype=dtype), rand(2048, dtype=dtype), 1e-6, None, gs, layout))
         calls += 5
+    for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        # rms_norm_quant's split kernel in clusters of 8 blocks (7168) and of 1 (512).
+        read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6,
+                                         rand(3, 7168, dtype=dtype), 128, layout))  # fmt: skip
+        read_back(*fp8ops.rms_norm_quant(rand(5, 512, dtype=dtype), rand(512, dtype=dtype), 1e-6, None, 64, layout))
+        calls += 2
     for layout, H in itertools.product(("row", "col_tma", "col_tma_packed"), (256, 6144)):
         E, Mmax = 4, 6
         x = rand(E, Mmax, 2 * H)

@@ -89,6 +89,13 @@ FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked
   out[3] = s.adjacent;
 }
 
+// fused_quant_launch.h's rms_split_cluster for `rows` row slots of `chunks` chunks: the cluster
+// size of the split kernel, or 0 for the row kernel.
+FP8OPS_C_API int64_t fp8ops_rms_split_cluster(int64_t rows, int64_t chunks, int64_t sm_count) {
+  return fp8ops::rms_split_cluster(rows, fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane),
+                                   static_cast<int>(sm_count));
+}
+
 FP8OPS_C_API int64_t fp8ops_row_grid_blocks(int64_t rows, int64_t rows_per_block, int64_t resident_per_sm,
                                             int64_t sm_count) {
   return fp8ops::row_grid_blocks(rows, static_cast<uint32_t>(rows_per_block), static_cast<int>(resident_per_sm),

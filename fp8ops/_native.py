@@ -22,6 +22,8 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_indexer_grid.argtypes = [_I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_row_shape.argtypes = [_I64, _I64, _I64P]
     lib.fp8ops_silu_shape.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
+    lib.fp8ops_rms_split_cluster.argtypes = [_I64, _I64, _I64]
+    lib.fp8ops_rms_split_cluster.restype = _I64
     lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
@@ -92,6 +94,12 @@ def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: boo
     out = (_I64 * 4)()
     _lib().fp8ops_silu_shape(chunks, rows, int(masked), elem_bytes, int(vec16), sm_count, out)
     return dict(zip(("lanes", "units_per_lane", "rows_per_block", "adjacent"), out, strict=True))
+
+
+def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
+    """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks,
+    or 0 where the row kernel runs (include/fp8ops/fused_quant_launch.h)."""
+    return _lib().fp8ops_rms_split_cluster(rows, chunks, sm_count)
 
 
 def row_grid_blocks(rows: int, rows_per_block: int, resident_per_sm: int, sm_count: int) -> int:

@@ -2,6 +2,8 @@
 torch expressions of SPEC, layouts, padding, bad inputs, opcheck, torch.compile; on a GPU,
 bit-identity with the CPU kernels, rows that must stay unwritten, and CUDA graphs."""
 
+import itertools
+
 import pytest
 import torch
 from helpers import DTYPES, assert_same_bits, assert_same_quant, make_input, misaligned, strided_rows
@@ -553,15 +555,22 @@ def test_cuda_silu_close_to_torch_unfused_route():
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
-    for M, D, gs in ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128)):
+    shapes = ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128))
+    # 2048: clusters of 4 blocks; 300 x 7168 and 700 x 1024: grids too large for the split kernel.
+    shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64))
+    # Both kernels run: the row kernel, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}
+    for M, D, gs in shapes:
         x = make_input((M, D), dtype, device="cuda", nonfinite=M == 17)
         w = make_input((D,), dtype, device="cuda")
-        for with_res in (False, True):
-            r = make_input((M, D), dtype, device="cuda") if with_res else None
+        for with_res, layout_of in itertools.product((False, True), (lambda t: t, strided_rows, misaligned)):
+            xx = layout_of(x)
+            r = layout_of(make_input((M, D), dtype, device="cuda")) if with_res else None
             r_cpu = r.cpu() if with_res else None
-            cq, cs = fp8ops.rms_norm_quant(x.cpu(), w.cpu(), 1e-6, r_cpu, gs, layout, M % 2 == 1, 4)
+            cq, cs = fp8ops.rms_norm_quant(xx.cpu(), w.cpu(), 1e-6, r_cpu, gs, layout, M % 2 == 1, 4)
             q, s = call_over_poison(
-                lambda: fp8ops.rms_norm_quant(x, w, 1e-6, r, gs, layout, M % 2 == 1, 4),  # noqa: B023
+                lambda: fp8ops.rms_norm_quant(xx, w, 1e-6, r, gs, layout, M % 2 == 1, 4),  # noqa: B023
                 (cq, cs),
             )
             assert_same_quant(q, s, cq, cs, f"M={M} D={D} {dtype} {layout} residual={with_res}")

@@ -215,6 +215,20 @@ def test_silu_shape_units_tile_rows_and_groups():
             assert lanes % g == 0 and 256 % lanes == 0 and s["rows_per_block"] * lanes == 256, (chunks, rows, s)
 
 
+def test_rms_split_cluster():
+    """The split kernel takes rows of 32 lanes or more, a cluster of lanes / 32 blocks per row, on
+    grids of at most 4 blocks per multiprocessor; the row kernel takes the others."""
+    split = _native.rms_split_cluster
+    assert split(1, 896, 132) == 8  # D = 7168: 256 lanes
+    assert split(66, 896, 132) == 8 and split(67, 896, 132) == 0
+    assert split(264, 192, 132) == 2 and split(265, 192, 132) == 0  # D = 1536: 64 lanes
+    assert split(528, 64, 132) == 1 and split(529, 64, 132) == 0  # D = 512: 32 lanes
+    assert split(1, 48, 132) == 0  # 16 lanes
+    for chunks in range(4, 2049, 4):
+        lanes = _native.row_shape(chunks, "rms")["lanes"]
+        assert split(1, chunks, 132) == (lanes // 32 if lanes >= 32 else 0), chunks
+
+
 def test_row_grid_caps():
     assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # silu_mul_quant: at most the resident blocks
     assert _native.row_grid_blocks(100, 4, 2, 132) == 25

@@ -4,6 +4,7 @@
 // CPU reference follows.
 #pragma once
 
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -638,6 +639,66 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   }
 }
 
+// Entry 0 of the pairwise sums of the n <= kMax values v[0..n): s[i] + s[i ^ o] for o = kMax / 2,
+// ..., 2, 1, skipping o >= n (fused_quant.h's order over a row's warp sums). The offsets are
+// compile-time constants (unrolled), so s stays in registers.
+template <uint32_t kMax>
+__device__ __forceinline__ float pairwise_sum(const float* v, uint32_t n) {
+  float s[kMax];
+#pragma unroll
+  for (uint32_t i = 0; i < kMax; ++i) s[i] = i < n ? v[i] : 0.0f;
+#pragma unroll
+  for (uint32_t off = kMax / 2; off > 0; off >>= 1) {
+    if (off >= n) continue;
+    float m[kMax];
+#pragma unroll
+    for (uint32_t i = 0; i < kMax; ++i) m[i] = add_rn(s[i], s[i ^ off]);
+#pragma unroll
+    for (uint32_t i = 0; i < kMax; ++i) s[i] = m[i];
+  }
+  return s[0];
+}
+
+// ---- Distributed shared memory (sm_90 clusters): a block receives 32-bit values from blocks of
+// its cluster into its shared memory, and an mbarrier of its own counts their bytes in.
+__device__ __forceinline__ uint32_t shared_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Thread 0 initializes the block's mbarrier at bar (one arrival: the block's own expect_bytes),
+// then the cluster syncs, so that no block sends to a barrier before it is initialized.
+__device__ __forceinline__ void cluster_init_mbarrier(uint32_t bar) {
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+
+// The block's arrival on its mbarrier: its phase completes once `bytes` more bytes have come in.
+__device__ __forceinline__ void mbarrier_expect_bytes(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// Stores v at shared address addr of cluster block `block`, counted by that block's mbarrier bar
+// (addr and bar are this block's addresses of them).
+__device__ __forceinline__ void send_to_block(float v, uint32_t addr, uint32_t bar, uint32_t block) {
+  uint32_t to, to_bar;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(addr), "r"(block));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to_bar) : "r"(bar), "r"(block));
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(to),
+               "r"(__float_as_uint(v)), "r"(to_bar)
+               : "memory");
+}
+
+// Waits until the mbarrier's first phase has completed; what was sent is then visible.
+__device__ __forceinline__ void mbarrier_wait_first_phase(uint32_t bar) {
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], 0;\n"
+      " @!done bra WAIT_%=;\n}" ::"r"(bar)
+      : "memory");
+}
+
 // ---- rms_norm_quant: each row's r = T(x + residual) stays in registers between the sum of
 // squares and the quantization, so x, residual and weight are read once. The weight is loaded
 // with the row, before the sum, so that its latency hides behind the row's.
@@ -716,21 +777,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
       const uint32_t warps = W / 32, first = (threadIdx.x / W) * warps;
       if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
       __syncthreads();
-      constexpr uint32_t kMaxWarps = kRowBlockThreads / 32;
-      float s[kMaxWarps];
-#pragma unroll
-      for (uint32_t i = 0; i < kMaxWarps; ++i) s[i] = i < warps ? warp_sums[first + i] : 0.0f;
-      // Offsets are compile-time constants (unrolled), so s stays in registers.
-#pragma unroll
-      for (uint32_t off = kMaxWarps / 2; off > 0; off >>= 1) {
-        if (off >= warps) continue;
-        float n[kMaxWarps];
-#pragma unroll
-        for (uint32_t i = 0; i < kMaxWarps; ++i) n[i] = add_rn(s[i], s[i ^ off]);
-#pragma unroll
-        for (uint32_t i = 0; i < kMaxWarps; ++i) s[i] = n[i];
-      }
-      acc = s[0];
+      acc = pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps);
       __syncthreads();
     }
     const float inv = rms_inverse(acc, Df, p.norm_eps);
@@ -746,6 +793,93 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
     }
     quant_store_chunks<T, kMaxChunks>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
   }
+}
+
+// ---- rms_norm_quant, split (small grids; fused_quant_launch.h's rms_split_cluster): row t is
+// shared by a cluster of W / 32 blocks; block `rank` holds lanes 32 * rank .. 32 * rank + 31 of
+// the row's W lanes, one thread per chunk (warp k holds chunk lane + k * W of each of them). The
+// sum keeps the row kernel's order: each lane's chain runs in one thread of warp 0 over the
+// lane's chunks staged in shared memory, and the blocks' 32-lane sums, sent to every block of the
+// cluster through distributed shared memory, are added there as the row kernel adds its warps'.
+template <typename T, bool kVec, int kK, bool kResidual>
+__global__ void __launch_bounds__(32 * kK)
+    rms_norm_quant_split_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
+  namespace cg = cooperative_groups;
+  constexpr uint32_t kMaxCluster = kRowBlockThreads / 32;
+  constexpr int64_t kChunksPerLine = 128 / (kChunkElems * sizeof(T));
+  __shared__ RawChunk<T> staged[kK][32];
+  __shared__ float part[kMaxCluster];         // the blocks' 32-lane sums, by rank
+  __shared__ alignas(8) uint64_t sums_ready;  // an mbarrier: complete when every sum is in part
+  const cg::cluster_group cluster = cg::this_cluster();
+  const uint32_t rank = cluster.block_rank(), blocks = cluster.num_blocks();
+  const uint32_t bar = shared_addr(&sums_ready);
+  if (blocks > 1) cluster_init_mbarrier(bar);
+  const uint32_t W = 1u << lanes_log2, l = threadIdx.x & 31, k = threadIdx.x >> 5;
+  const uint32_t lane = rank * 32 + l;
+  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
+  const int64_t t = blockIdx.x / blocks, chunks = p.out.D / kChunkElems, c = lane + static_cast<int64_t>(k) * W;
+  const T* __restrict__ x = static_cast<const T*>(p.x) + t * p.x_stride + c * kChunkElems;
+  T* __restrict__ res = kResidual ? static_cast<T*>(p.residual) + t * p.r_stride + c * kChunkElems : nullptr;
+  const T* __restrict__ weight = static_cast<const T*>(p.weight) + c * kChunkElems;
+  // Before waiting for the previous grid: the L2 prefetch of the row's lines and, by row 0's
+  // cluster, of the weight's (launch.cuh says why that is safe), one thread per line.
+  if (c < chunks && c % kChunksPerLine == 0) {
+    if (t < p.T) {
+      prefetch_l2(x);
+      if constexpr (kResidual) prefetch_l2(res);
+    }
+    if (t == 0) prefetch_l2(weight);
+  }
+  wait_for_prior_grid();
+  allow_next_grid();
+  const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+  const bool live = kind == RowKind::kData && c < chunks;
+  RawChunk<T> r = load_raw8<T, kVec>(x, live);
+  const RawChunk<T> w = load_raw8<T, kVec>(weight, live);
+  if constexpr (kResidual) {
+    const RawChunk<T> rres = load_raw8<T, kVec>(res, live);
+    float v[kChunkElems], rv[kChunkElems];
+    raw_to_floats<T>(r, v);
+    raw_to_floats<T>(rres, rv);
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) v[i] = add_rn(v[i], rv[i]);
+    r = floats_to_raw<T>(v);  // rounded to T; NaN canonical, as the residual is stored
+    if (live) store_raw8<T, kVec>(res, r);
+  }
+  staged[k][l] = r;
+  __syncthreads();
+  if (k == 0) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kK; ++kk) {
+      if (kind == RowKind::kData && lane + static_cast<int64_t>(kk) * W < chunks) {
+        float v[kChunkElems];
+        raw_to_floats<T>(staged[kk][l], v);
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+      }
+    }
+    for (uint32_t off = 16; off > 0; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+    if (blocks == 1) {  // a row of 32 lanes: no other block to send to
+      if (l == 0) part[0] = acc;
+    } else {
+      if (l == 0) mbarrier_expect_bytes(bar, blocks * sizeof(float));
+      if (l < blocks) send_to_block(acc, shared_addr(part + rank), bar, l);
+    }
+  }
+  if (blocks == 1) {
+    __syncthreads();
+  } else {
+    mbarrier_wait_first_phase(bar);
+  }
+  const float inv = rms_inverse(pairwise_sum<kMaxCluster>(part, blocks), static_cast<float>(p.out.D), p.norm_eps);
+  float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
+  raw_to_floats<T>(r, v);
+  raw_to_floats<T>(w, wf);
+#pragma unroll
+  for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
+  const RawChunk<T> a[1] = {pack_round<T>(y)};
+  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
 }
 
 // ---- block_quant: one block of 256 threads per 128 x 128 tile; thread i holds chunk i % 16 of
@@ -881,6 +1015,22 @@ cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowSha
 #undef FP8OPS_RMS_LAUNCH
 }
 
+template <typename T, bool kVec, bool kResidual>
+cudaError_t launch_rms_norm_quant_split(const RmsNormQuantParams& p, const RowShape& s, uint32_t cluster,
+                                        cudaStream_t stream, bool pdl) {
+  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+  const dim3 grid(static_cast<uint32_t>(p.T_s * cluster));
+#define FP8OPS_RMS_SPLIT_LAUNCH(K)                                                                                \
+  return launch_kernel_clustered(rms_norm_quant_split_kernel<T, kVec, K, kResidual>, grid, dim3(32 * K), cluster, \
+                                 stream, pdl, p, lanes_log2)
+  switch (row_max_chunks(s.chunks_per_lane)) {
+    case 2: FP8OPS_RMS_SPLIT_LAUNCH(2);
+    case 4: FP8OPS_RMS_SPLIT_LAUNCH(4);
+    default: FP8OPS_RMS_SPLIT_LAUNCH(8);
+  }
+#undef FP8OPS_RMS_SPLIT_LAUNCH
+}
+
 template <typename T>
 cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   if (p.T_s == 0 || p.out.D == 0) return cudaSuccess;
@@ -888,6 +1038,14 @@ cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cud
   if (s.chunks_per_lane > kRmsMaxChunksPerLane) return cudaErrorInvalidValue;
   const bool vec = row_vec_ok<T>(p.x, p.x_stride) && row_vec_ok<T>(p.weight, 0) &&
                    (p.residual == nullptr || row_vec_ok<T>(p.residual, p.r_stride));
+  if (const uint32_t cluster = rms_split_cluster(p.T_s, s, sm_count); cluster != 0) {
+    if (p.residual != nullptr) {
+      return vec ? launch_rms_norm_quant_split<T, true, true>(p, s, cluster, stream, pdl)
+                 : launch_rms_norm_quant_split<T, false, true>(p, s, cluster, stream, pdl);
+    }
+    return vec ? launch_rms_norm_quant_split<T, true, false>(p, s, cluster, stream, pdl)
+               : launch_rms_norm_quant_split<T, false, false>(p, s, cluster, stream, pdl);
+  }
   if (p.residual != nullptr) {
     return vec ? launch_rms_norm_quant_impl<T, true, true>(p, s, sm_count, stream, pdl)
                : launch_rms_norm_quant_impl<T, false, true>(p, s, sm_count, stream, pdl);

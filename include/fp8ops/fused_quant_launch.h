@@ -21,6 +21,20 @@ inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
   return c;
 }
 
+// rms_norm_quant's kernel. A grid of few rows leaves most multiprocessors idle while one works
+// through each row; there the split kernel shares a row of W >= 32 lanes out to a cluster of
+// W / 32 blocks, a thread per chunk, so a row's work runs on several multiprocessors at once
+// (each lane's sum is still one thread's chain, in the same order). It takes the grids of at most
+// kRmsSplitBlocksPerSm blocks per multiprocessor; returns the cluster size, or 0 for the row
+// kernel (one block per row, or per several rows of fewer lanes).
+constexpr int64_t kRmsSplitBlocksPerSm = 4;
+
+inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count) {
+  if (s.lanes < 32) return 0;
+  const uint32_t cluster = s.lanes / 32;
+  return rows * cluster <= kRmsSplitBlocksPerSm * sm_count ? cluster : 0;
+}
+
 // silu_mul_quant's lanes: each holds units of `adjacent` neighbouring chunks (1 or 2), and the
 // units of a row are shared out as row_shape says. Two chunks per unit share the unit's group
 // amax shuffles, scale and addressing, which pays where the kernel is bound by instruction issue:

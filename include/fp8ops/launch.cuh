@@ -33,21 +33,37 @@ __device__ __forceinline__ void allow_next_grid() {
 // lines then, and their loads after the wait find them in L2. ptr must lie in an allocation.
 __device__ __forceinline__ void prefetch_l2(const void* ptr) { asm volatile("prefetch.global.L2 [%0];" ::"l"(ptr)); }
 
-// Launches kernel on stream, with programmatic stream serialization allowed when pdl is set.
+// Launches kernel on stream, with programmatic stream serialization allowed when pdl is set, in
+// clusters of `cluster` blocks along x unless it is 0 (grid.x a multiple of it).
 template <typename... KArgs, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl,
-                          Args... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_kernel_clustered(void (*kernel)(KArgs...), dim3 grid, dim3 block, uint32_t cluster,
+                                    cudaStream_t stream, bool pdl, Args... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (pdl) {
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster != 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster;
+    attr[n].val.clusterDim.y = 1;
+    attr[n++].val.clusterDim.z = 1;
+  }
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = attr;
-  config.numAttrs = pdl ? 1 : 0;
+  config.numAttrs = n;
   return cudaLaunchKernelEx(&config, kernel, args...);
+}
+
+template <typename... KArgs, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(KArgs...), dim3 grid, dim3 block, cudaStream_t stream, bool pdl,
+                          Args... args) {
+  return launch_kernel_clustered(kernel, grid, block, 0, stream, pdl, args...);
 }
 
 // Resident blocks per multiprocessor of kKernel at threads per block (a power of two), asked once
