@@ -40,17 +40,19 @@ def main() -> int:
         x = rand(M, K, dtype=dtype)
         read_back(*fp8ops.per_token_group_quant(x, gs, layout, ue8m0=M == 5, pad_rows_to=4))
         read_back(*fp8ops.silu_mul_quant(rand(M, 2 * K, dtype=dtype), gs, layout, pad_rows_to=4))
-        # Rows of 6144: lanes of two adjacent chunks (bf16, fp16), two passes per row.
+        # Rows of 6144: few are cut into slices of 256 chunks.
         read_back(*fp8ops.silu_mul_quant(rand(M, 2 * 6144, dtype=dtype), gs, layout, pad_rows_to=4))
         read_back(*fp8ops.rms_norm_quant(x, rand(K, dtype=dtype), 1e-6, rand(M, K, dtype=dtype), gs, layout))
         read_back(*fp8ops.rms_norm_quant(rand(M, 2048, dtype=dtype), rand(2048, dtype=dtype), 1e-6, None, gs, layout))
         calls += 5
     for dtype, layout in itertools.product(DTYPES, LAYOUTS):
+        # 90 rows of 6144: lanes of two adjacent chunks (bf16, fp16), two passes per row.
+        read_back(*fp8ops.silu_mul_quant(rand(90, 2 * 6144, dtype=dtype), 64, layout, pad_rows_to=4))
         # rms_norm_quant's split kernel in clusters of 8 blocks (7168) and of 1 (512).
         read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6,
                                          rand(3, 7168, dtype=dtype), 128, layout))  # fmt: skip
         read_back(*fp8ops.rms_norm_quant(rand(5, 512, dtype=dtype), rand(512, dtype=dtype), 1e-6, None, 64, layout))
-        calls += 2
+        calls += 3
     for layout, H in itertools.product(("row", "col_tma", "col_tma_packed"), (256, 6144)):
         E, Mmax = 4, 6
         x = rand(E, Mmax, 2 * H)

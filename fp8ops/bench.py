@@ -260,16 +260,20 @@ def _silu(x, layout="col_tma_packed", masked_m=None):
     return fp8ops.silu_mul_quant(x, 128, layout, masked_m=masked_m)
 
 
-def bench_silu(ctx, Ms, H=2048):
+# Flat decode rows of dense MLPs' wider intermediates (DeepSeek-V3's 18432), besides H = 2048.
+SILU_WIDE = ((1, 7168), (16, 7168), (16, 18432))
+
+
+def bench_silu(ctx, Ms, H=2048, wide=SILU_WIDE):
     """silu_mul_quant, UE8M0 packed scales (DeepGEMM SM100's layout, as the peers' figures), flat
     and masked, against the unfused route and the lean compiled expression."""
     copy, floor = ctx["copy_TBps"], ctx["launch_floor_us"]
     compiled_lean = compiled(lean.silu_mul_quant)
     rows = []
-    for M in Ms:
-        xs = [(torch.randn(M, 2 * H, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(M * H * 5))]
+    for M, h in [(M, H) for M in Ms] + list(wide):
+        xs = [(torch.randn(M, 2 * h, dtype=torch.bfloat16, device="cuda"),) for _ in range(n_sets_for(M * h * 5))]
         out = _silu(xs[0][0])
-        row = {"mode": "flat", "M": M, "H": H, "bytes": M * H * 4 + storage_bytes(*out)}
+        row = {"mode": "flat", "M": M, "H": h, "bytes": M * h * 4 + storage_bytes(*out)}
         row["fp8ops_us"] = graph_time_us(_silu, xs)
         row["unfused_us"] = graph_time_us(lean.silu_mul_then_fp8ops, xs)
         row["compiled_lean_us"] = graph_time_us(compiled_lean, xs)
@@ -277,7 +281,7 @@ def bench_silu(ctx, Ms, H=2048):
         row["x_floor"] = row["fp8ops_us"] / floor
         rows.append(row)
         log(
-            f"  silu flat M={M:6d}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), "
+            f"  silu flat M={M:6d} H={h:5d}: fp8ops {row['fp8ops_us']:8.2f} us ({row['pct_of_copy']:5.1f}% of copy), "
             f"unfused {row['unfused_us']:8.2f}, compiled {row['compiled_lean_us']:8.2f}"
         )
     gen = torch.Generator().manual_seed(0)
@@ -291,7 +295,7 @@ def bench_silu(ctx, Ms, H=2048):
             sets.append((x, "col_tma_packed", counts.cuda()))
         valid_rows = valid / len(sets)
         nbytes = int(valid_rows * (H * 4 + H + H // 128))
-        row = {"mode": "masked", "E": E, "Mmax": Mmax, "avg_valid": valid_rows / E, "bytes": nbytes}
+        row = {"mode": "masked", "E": E, "Mmax": Mmax, "H": H, "avg_valid": valid_rows / E, "bytes": nbytes}
         row["fp8ops_us"] = graph_time_us(_silu, sets)
         row["unfused_whole_buffer_us"] = graph_time_us(lean.silu_mul_then_fp8ops, [(s[0],) for s in sets])
         row["valid_bytes_at_copy_us"] = nbytes / (copy * 1e12) * 1e6
@@ -487,8 +491,8 @@ TABLES = {
     "indexer": ("indexer_q_quant, bf16, H=64, DeepSeek-V4 options (us per call)", [
         ("B", "B", 6, "d"), ("fp8ops_us", "fp8ops", 9, ".2f"), ("pct_of_copy", "%copy", 6, ".1f"),
         ("x_floor", "x floor", 8, ".2f"), ("compiled_lean_us", "compiled", 9, ".2f")]),
-    "silu": ("silu_mul_quant, bf16, H=2048, col_tma_packed (us per call)", [
-        ("mode", "mode", 6, "s"), ("M", "M", 6, "d"), ("E", "E", 3, "d"), ("Mmax", "Mmax", 5, "d"),
+    "silu": ("silu_mul_quant, bf16, col_tma_packed (us per call)", [
+        ("mode", "mode", 6, "s"), ("M", "M", 6, "d"), ("H", "H", 6, "d"), ("E", "E", 3, "d"), ("Mmax", "Mmax", 5, "d"),
         ("avg_valid", "avg m", 6, ".1f"), ("fp8ops_us", "fp8ops", 9, ".2f"), ("pct_of_copy", "%copy", 6, ".1f"),
         ("x_floor", "x floor", 8, ".2f"), ("unfused_us", "unfused", 9, ".2f"),
         ("compiled_lean_us", "compiled", 9, ".2f"), ("unfused_whole_buffer_us", "unfused(all)", 12, ".2f"),
@@ -541,7 +545,7 @@ PLOTS = {
     "e2e": ("M", (), [("col_tma_route_us", "col_tma route"), ("row_route_us", "row route")]),
     "group_major": ("T", ("G", "D", "packed"), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
     "indexer": ("B", (), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
-    "silu": ("M", (), [("fp8ops_us", "fp8ops"), ("unfused_us", "unfused"), ("compiled_lean_us", "compiled")]),
+    "silu": ("M", ("H",), [("fp8ops_us", "fp8ops"), ("unfused_us", "unfused"), ("compiled_lean_us", "compiled")]),
     "rms": ("M", ("D", "residual"), [("fp8ops_us", "fp8ops"), ("compiled_route_us", "compiled route")]),
     "block": ("bytes", (), [("fp8ops_us", "fp8ops"), ("compiled_lean_us", "compiled")]),
 }

@@ -449,16 +449,18 @@ def call_over_poison(fn, like):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128))
-    # H = 33280 and 8320: rows of several passes; 8320 (1040 chunks) ends in a pass that only some
-    # lanes of a warp have chunks in. 6144 with groups of 64: lanes of two adjacent chunks.
-    shapes = (*shapes, (3, 33280, 128), (5, 8320, 32), (3, 6144, 64))
-    if dtype != torch.float32:
-        # Both lane shapes run: one chunk per lane, and two adjacent chunks (large or wide rows).
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
-        adjacent = {
-            _native.silu_shape(H // 8, _layout.align(M, 4), False, 2, True, sms)["adjacent"] for M, H, _ in shapes
-        }
-        assert adjacent == {1, 2}
+    # Few rows of H = 33280, 8320 and 6144: rows cut into slices of 256 chunks; the last slice of
+    # 8320 (1040 chunks) holds 16. 300 rows of 6144 with groups of 64: lanes of two adjacent chunks
+    # in two passes, the second used by some lanes only. 270 rows of 9216: several passes of one
+    # chunk per lane where the rows are not loaded 16 bytes at a time (and in fp32).
+    shapes = (*shapes, (3, 33280, 128), (5, 8320, 32), (3, 6144, 64), (300, 6144, 64), (270, 9216, 128))
+    # Every lane shape runs: a chunk per lane, two adjacent chunks (large or wide rows), slices.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    kinds = set()
+    for M, H, _ in shapes:
+        s = _native.silu_shape(H // 8, _layout.align(M, 4), False, dtype.itemsize, True, sms)
+        kinds.add((s["adjacent"], s["slices"] > 1))
+    assert kinds == ({(1, False), (1, True)} if dtype == torch.float32 else {(1, False), (2, False), (1, True)})
     for M, H, gs in shapes:
         x = make_input((M, 2 * H), dtype, device="cuda", nonfinite=M == 17)
         for xx in (x, strided_rows(x), misaligned(x)):

@@ -44,20 +44,33 @@ inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count)
 // per expert) only the device knows. Two need bf16 or fp16 rows loaded 16 bytes at a time.
 constexpr int64_t kSiluPairChunksPerSm = 896;
 
+// A flat grid of few rows wider than kSiluSliceChunks chunks would leave most multiprocessors idle
+// while each of the others works through whole rows: its rows are cut into slices of that many
+// chunks (a chunk per lane; the last slice holds the rest), each taken as a row of its own, while
+// that gives at most kSiluSliceBlocksPerSm such rows per multiprocessor. Slices are a multiple of
+// any group's chunks, so a group never spans two.
+constexpr int64_t kSiluSliceChunks = 256;
+constexpr int64_t kSiluSliceBlocksPerSm = 2;
+
 struct SiluShape {
-  RowShape row;       // over units of `adjacent` chunks
+  RowShape row;       // over units of `adjacent` chunks (of a slice, when sliced)
   uint32_t adjacent;  // chunks per unit
+  uint32_t slices;    // slices per flat row (1: whole rows)
 };
 
 // chunks: chunks of a row (a multiple of 4: groups hold at least 32 elements); rows: the row
 // slots (flat: T_s; masked: E * Mmax).
 inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_bytes, bool vec16, int sm_count) {
+  if (const int64_t slices = (chunks + kSiluSliceChunks - 1) / kSiluSliceChunks;
+      !masked && slices > 1 && rows * slices <= kSiluSliceBlocksPerSm * sm_count) {
+    return {row_shape(kSiluSliceChunks, kSiluChunksPerLane), 1, static_cast<uint32_t>(slices)};
+  }
   const RowShape single = row_shape(chunks, kSiluChunksPerLane);
   const bool large = !masked && rows * chunks >= kSiluPairChunksPerSm * sm_count;
   if (elem_bytes == 2 && vec16 && (single.chunks_per_lane > 2 || large)) {
-    return {row_shape(chunks / 2, kSiluChunksPerLane), 2};
+    return {row_shape(chunks / 2, kSiluChunksPerLane), 2, 1};
   }
-  return {single, 1};
+  return {single, 1, 1};
 }
 
 // Blocks of the grid that strides over rows: enough for every row, at most
