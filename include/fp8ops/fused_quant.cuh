@@ -724,6 +724,18 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(uint32_t bar) {
       : "memory");
 }
 
+// y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs; both
+// rms_norm_quant kernels end with it.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const RawChunk<T>& w, float inv) {
+  float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
+  raw_to_floats<T>(r, v);
+  raw_to_floats<T>(w, wf);
+#pragma unroll
+  for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
+  return pack_round<T>(y);
+}
+
 // ---- rms_norm_quant: each row's r = T(x + residual) stays in registers between the sum of
 // squares and the quantization, so x, residual and weight are read once. The weight is loaded
 // with the row, before the sum, so that its latency hides behind the row's.
@@ -808,14 +820,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
     const float inv = rms_inverse(acc, Df, p.norm_eps);
     // y = T(r * inv * weight), rounded to T in pairs, then quantized.
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
-      raw_to_floats<T>(r[k], v);
-      raw_to_floats<T>(w[k], wf);
-#pragma unroll
-      for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
-      r[k] = pack_round<T>(y);
-    }
+    for (int k = 0; k < kMaxChunks; ++k) r[k] = rms_scaled<T>(r[k], w[k], inv);
     quant_store_chunks<T, kMaxChunks>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
   }
 }
@@ -898,12 +903,7 @@ __global__ void __launch_bounds__(32 * kK)
     mbarrier_wait_first_phase(bar);
   }
   const float inv = rms_inverse(pairwise_sum<kMaxCluster>(part, blocks), static_cast<float>(p.out.D), p.norm_eps);
-  float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
-  raw_to_floats<T>(r, v);
-  raw_to_floats<T>(w, wf);
-#pragma unroll
-  for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
-  const RawChunk<T> a[1] = {pack_round<T>(y)};
+  const RawChunk<T> a[1] = {rms_scaled<T>(r, w, inv)};
   quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
 }
 
