@@ -28,7 +28,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
     lib.fp8ops_silu_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
-    lib.fp8ops_silu_mul_cuda.argtypes = [ctypes.c_void_p] * 3 + [_I64, _I64, ctypes.c_void_p]
+    lib.fp8ops_silu_mul_cuda.argtypes = [ctypes.c_void_p] * 3 + [_I64, _I64, _I64, ctypes.c_void_p]
     lib.fp8ops_silu_mul_cuda.restype = ctypes.c_int
     return lib
 
@@ -126,10 +126,10 @@ def silu_fp32(x):
     return _map_fp32(_lib().fp8ops_silu_fp32, x)
 
 
-def silu_mul_cuda(gate, up):
-    """silu_mul_quant's activation T(T(silu(gate)) * up) computed by the CUDA kernels' device code
-    (gate and up contiguous CUDA tensors of one dtype, numel a multiple of 8), for the tests. A NaN
-    comes back with any payload."""
+def silu_mul_cuda(gate, up, masked=False):
+    """silu_mul_quant's activation T(T(silu(gate)) * up) computed by the CUDA kernels' device code,
+    the flat kernels' or (masked) the masked kernel's (gate and up contiguous CUDA tensors of one
+    dtype, numel a multiple of 8), for the tests. A NaN comes back with any payload."""
     import torch
 
     assert gate.is_cuda and gate.is_contiguous() and up.is_contiguous() and gate.shape == up.shape
@@ -138,7 +138,9 @@ def silu_mul_cuda(gate, up):
     code = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}[gate.dtype]
     stream = torch.cuda.current_stream(gate.device).cuda_stream
     with torch.cuda.device(gate.device):
-        err = _lib().fp8ops_silu_mul_cuda(gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), code, stream)
+        err = _lib().fp8ops_silu_mul_cuda(
+            gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), code, int(masked), stream
+        )
     if err != 0:
         raise RuntimeError(f"fp8ops: silu_mul_cuda: CUDA error {err}")
     return out

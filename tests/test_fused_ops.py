@@ -55,6 +55,17 @@ def test_silu_fp32_against_torch():
         assert ((a.float() - b.float()).abs()[diff] <= (b.float().abs() * 2**-7 + 1e-30)[diff]).all()
 
 
+def test_silu_fp32_error_on_bf16_gates_within_the_device_margin():
+    """The premise of the masked kernel's SiLU shortcut (numerics.h, silu_approx): on every bf16
+    gate of its range, silu_fp32 is within 1.16 * 2^-23 of SiLU, relative (float64 reference)."""
+    g = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    g = g[g.isfinite() & (g.abs() >= 2.0**-60) & (g.abs() <= 40.0)]
+    assert g.numel() > 16000
+    want = g.double() / (1 + torch.exp(-g.double()))
+    rel = (_native.silu_fp32(g).double() - want).abs() / want.abs()
+    assert rel.max() * 2**23 <= 1.16
+
+
 # ------------------------------------------------------------------------------- silu_mul_quant
 
 
@@ -518,28 +529,42 @@ def assert_same_activation(got, want, what):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("masked", (False, True), ids=("flat", "masked"))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_cuda_silu_activation_every_16bit_gate(dtype):
+def test_cuda_silu_activation_every_16bit_gate(dtype, masked):
     """The kernels' device activation T(T(silu(g)) * u) equals the CPU reference for every 16-bit
-    gate: the fast path, its range edges and the exact fallback, in order (chunks of neighbouring
-    values) and shuffled (chunks that mix both paths), times 1 and times random up values."""
+    gate: the fast path (for bf16 in the masked kernel, the shortcut with its exact values near
+    bf16's midpoints), its range edges and the exact fallback, in order (chunks of neighbouring
+    values) and shuffled (chunks that mix both paths), times 1 and times random up values. A gate
+    count that is not a multiple of the block leaves lanes past the end, which still take part in
+    the shortcut's votes."""
     g = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
-    for order in ("sorted", "shuffled"):
+    if dtype == torch.bfloat16:
+        # Gates whose SiLU lies within the shortcut's margin (16 fp32 steps) of a midpoint of
+        # bf16: the exact values it must take.
+        gf = g.float()
+        gf = gf[gf.isfinite() & (gf.abs() >= 2.0**-60) & (gf.abs() <= 40.0)]
+        low = _native.silu_fp32(gf).view(torch.int32) & 0xFFFF
+        assert ((low - 0x8000).abs() <= 16).sum() >= 4
+    for order in ("sorted", "shuffled", "short"):
         gg = g if order == "sorted" else g[torch.randperm(g.numel())]
+        if order == "short":
+            gg = gg[: 8 * 2083]
         for u in (torch.ones_like(gg), make_input((gg.numel(),), dtype)):
             want = ref.silu_mul(torch.cat([gg, u]).view(1, -1), _native.silu_fp32).view(-1)
-            got = _native.silu_mul_cuda(gg.cuda(), u.cuda()).cpu()
-            assert_same_activation(got, want, f"{dtype} {order}")
+            got = _native.silu_mul_cuda(gg.cuda(), u.cuda(), masked).cpu()
+            assert_same_activation(got, want, f"{dtype} {order} masked={masked}")
 
 
 @pytest.mark.gpu
-def test_cuda_silu_activation_fp32_gates():
+@pytest.mark.parametrize("masked", (False, True), ids=("flat", "masked"))
+def test_cuda_silu_activation_fp32_gates(masked):
     edges = torch.tensor([2.0**-60, 2.0**-61, 40.0, 40.000004, -40.0, -40.000004, 0.0, -0.0, 1e-45, -88.8, 88.8])
     g = torch.cat([torch.randn(1 << 22) * 8, torch.randn(1 << 20) * 100, edges, torch.tensor([float("nan")] * 5)])
     g = g[: g.numel() // 8 * 8]
     u = torch.randn_like(g)
     want = ref.silu_mul(torch.cat([g, u]).view(1, -1), _native.silu_fp32).view(-1)
-    assert_same_activation(_native.silu_mul_cuda(g.cuda(), u.cuda()).cpu(), want, "fp32")
+    assert_same_activation(_native.silu_mul_cuda(g.cuda(), u.cuda(), masked).cpu(), want, "fp32")
 
 
 @pytest.mark.gpu

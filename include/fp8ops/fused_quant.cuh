@@ -439,12 +439,24 @@ __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], c
   }
 }
 
+// Element i of a 16-bit raw chunk as a float.
+template <typename T>
+__device__ __forceinline__ float raw_elem16(const RawChunk<T>& r, int i) {
+  const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+  return elem_to_float<T>((i & 1) ? w[i >> 1] >> 16 : w[i >> 1] & 0xFFFFu);
+}
+
 // a = T(T(silu(g)) * u) for the chunks k with live[k] (the others are not meaningful): SiLU on
 // the fast path for all of them, or, when a live value is outside its range (rare: zeros,
 // |g| > 40, non-finite), by silu_fp32 for all of them. The zeros of chunks that are not live
 // (past a row's end, or in a row without data) never choose the slow path, and a lane without
 // a live chunk skips the SiLU.
-template <typename T, int kN>
+// kShortcut (bf16): the fast path is silu_approx, a shorter chain of steps, which rounds to bf16
+// as silu_fp32 does except near a midpoint of bf16's values; those few values take the exact SiLU,
+// by warp vote per value slot, so every lane of the warp calls it. The masked kernel takes it: its
+// few valid rows per expert wait on each row's chain of steps. (For fp16, with eight times the
+// values near a midpoint and a subnormal range to check, it was slower.)
+template <typename T, int kN, bool kShortcut = false>
 __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], const RawChunk<T> (&uraw)[kN],
                                                 const bool (&live)[kN], RawChunk<T> (&a)[kN]) {
   bool any = false, fast = true;
@@ -452,6 +464,35 @@ __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], c
   for (int k = 0; k < kN; ++k) {
     any = any || live[k];
     fast = fast && (!live[k] || silu_fast_range<T>(graw[k]));
+  }
+  if constexpr (kShortcut && std::is_same_v<T, __nv_bfloat16>) {
+    // Chunk by chunk, so that a chunk's gate and SiLU values are dead once its a is.
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      float sv[kChunkElems] = {};
+      bool near = false;  // a value of the chunk needs the exact SiLU
+      if (any && fast) {
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) {
+          sv[i] = silu_approx(raw_elem16<T>(graw[k], i));
+          near = near || near_bf16_midpoint(sv[i]);
+        }
+      } else if (any) {
+        silu_chunk<T, false>(graw[k], sv);
+      }
+      if (__any_sync(0xFFFFFFFFu, near)) {
+#pragma unroll
+        for (int i = 0; i < kChunkElems; ++i) {
+          const bool mine = near && near_bf16_midpoint(sv[i]);
+          if (__any_sync(0xFFFFFFFFu, mine)) {
+            const float exact = silu_fp32_in_range(raw_elem16<T>(graw[k], i));
+            if (mine) sv[i] = exact;
+          }
+        }
+      }
+      if (any) a[k] = times_up<T>(sv, uraw[k]);
+    }
+    return;
   }
   if (!any) return;
   float sv[kN][kChunkElems];
@@ -467,26 +508,32 @@ __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], c
 }
 
 // The activation alone, chunk by chunk (n / 8 threads), for the tests: silu_mul_quant's steps up
-// to the quantization, written out raw (a NaN of any payload).
-template <typename T>
+// to the quantization (the flat kernels', or with kShortcut the masked kernel's), written out raw
+// (a NaN of any payload). Every lane stays to the end: the shortcut votes across the warp.
+template <typename T, bool kShortcut>
 __global__ void silu_mul_values_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ a,
                                        int64_t chunks) {
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= chunks) return;
-  const RawChunk<T> g[1] = {load_raw8<T, false>(gate + c * kChunkElems, true)};
-  const RawChunk<T> u[1] = {load_raw8<T, false>(up + c * kChunkElems, true)};
+  const bool live[1] = {c < chunks};
+  const RawChunk<T> g[1] = {load_raw8<T, false>(gate + c * kChunkElems, live[0])};
+  const RawChunk<T> u[1] = {load_raw8<T, false>(up + c * kChunkElems, live[0])};
   RawChunk<T> r[1];
-  const bool live[1] = {true};
-  silu_mul_chunks<T, 1>(g, u, live, r);
-  store_raw8<T, false>(a + c * kChunkElems, r[0]);
+  silu_mul_chunks<T, 1, kShortcut>(g, u, live, r);
+  if (live[0]) store_raw8<T, false>(a + c * kChunkElems, r[0]);
 }
 
 template <typename T>
-cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, int64_t n, cudaStream_t stream) {
+cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, int64_t n, bool masked,
+                                   cudaStream_t stream) {
   const int64_t chunks = n / kChunkElems;
   if (chunks == 0) return cudaSuccess;
-  silu_mul_values_kernel<T><<<static_cast<uint32_t>((chunks + 255) / 256), 256, 0, stream>>>(
-      static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(a), chunks);
+  const uint32_t blocks = static_cast<uint32_t>((chunks + 255) / 256);
+  const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
+  if (masked) {
+    silu_mul_values_kernel<T, true><<<blocks, 256, 0, stream>>>(g, u, static_cast<T*>(a), chunks);
+  } else {
+    silu_mul_values_kernel<T, false><<<blocks, 256, 0, stream>>>(g, u, static_cast<T*>(a), chunks);
+  }
   return cudaGetLastError();
 }
 
@@ -630,7 +677,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     bool live[kPassChunks];
 #pragma unroll
     for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
-    silu_mul_chunks<T, kPassChunks>(graw, uraw, live, a);
+    silu_mul_chunks<T, kPassChunks, kMasked>(graw, uraw, live, a);
     quant_store_chunks<T, kMaxChunks, kAdj>(p.out, a, kind, e, t, c0, W, n_units, group_lanes);
     if (next_v0 >= rows) break;
 #pragma unroll

@@ -257,6 +257,33 @@ __device__ __forceinline__ float silu_fp32_in_range(float g) {
 }
 constexpr float kSiluFastMin = 0x1p-60f, kSiluFastMax = 40.0f;
 
+// silu_fp32_in_range(g) to within kSiluApproxBits (as fp32 bit patterns) over the same range, in
+// fewer instructions: exp(-g) = 2^t * 2^lo with t = fl(-g * log2e), lo the product's exact error
+// plus log2e's tail (2^lo ~ 1 + lo * ln2), by the hardware's ex2 and reciprocal (at most 2 and 1
+// ulps off). Bound: those and the four roundings, 5.5 * 2^-23 relative, plus silu_fp32's own
+// error on the bf16 gates, at most 1.16 * 2^-23 (a CPU test measures it): at most 14 bits.
+constexpr uint32_t kSiluApproxBits = 16;
+
+__device__ __forceinline__ float silu_approx(float g) {
+  constexpr float kNegLog2e = -1.44269502f, kNegLog2eTail = -1.92596299e-8f, kLn2 = 0.693147182f;
+  const float t = __fmul_rn(g, kNegLog2e);
+  const float lo = __fmaf_rn(g, kNegLog2eTail, __fmaf_rn(g, kNegLog2e, -t));
+  float p, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(p) : "f"(t));
+  const float e = __fmaf_rn(p, __fmul_rn(lo, kLn2), p);
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(__fadd_rn(1.0f, e)));
+  return __fmul_rn(g, r);
+}
+
+// Whether a value within kSiluApproxBits of s (a normal fp32) may round to bf16 otherwise than s
+// does: s lies that close to a midpoint of bf16's values, whose fp32 bits end in 0x8000. The low
+// half of s's bits moved to the top, offset so that the window around 0x8000 starts at 0: one
+// multiply-add and one compare.
+__device__ __forceinline__ bool near_bf16_midpoint(float s) {
+  constexpr uint32_t kM = kSiluApproxBits;
+  return __float_as_uint(s) * 0x10000u + ((kM - 0x8000u) << 16) < (2 * kM + 1) << 16;
+}
+
 // finite_abs + fmax_nonan over 8 packed 16-bit floats, returned as the bits of their amax.
 // For non-negative floats the order of the bit patterns is the order of the values. Adding
 // 0x8000 - kInfBits to each |bits| (no carry leaves a lane: |bits| <= 0x7FFF) makes exactly the
