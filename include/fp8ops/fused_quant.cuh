@@ -102,6 +102,13 @@ __device__ __forceinline__ RawChunk<T> load_raw8(const T* __restrict__ src, bool
   return r;
 }
 
+// Element i of a 16-bit raw chunk as a float.
+template <typename T>
+__device__ __forceinline__ float raw_elem16(const RawChunk<T>& r, int i) {
+  const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
+  return elem_to_float<T>((i & 1) ? w[i >> 1] >> 16 : w[i >> 1] & 0xFFFFu);
+}
+
 template <typename T>
 __device__ __forceinline__ void raw_to_floats(const RawChunk<T>& r, float (&v)[kChunkElems]) {
   if constexpr (sizeof(T) == 4) {
@@ -111,12 +118,8 @@ __device__ __forceinline__ void raw_to_floats(const RawChunk<T>& r, float (&v)[k
       v[4 * i + 2] = __uint_as_float(r.w[i].z), v[4 * i + 3] = __uint_as_float(r.w[i].w);
     }
   } else {
-    const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = elem_to_float<T>(w[i] & 0xFFFFu);
-      v[2 * i + 1] = elem_to_float<T>(w[i] >> 16);
-    }
+    for (int i = 0; i < kChunkElems; ++i) v[i] = raw_elem16<T>(r, i);
   }
 }
 
@@ -437,13 +440,6 @@ __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], c
     r.w[0] = make_uint4(aw[0], aw[1], aw[2], aw[3]);
     return r;
   }
-}
-
-// Element i of a 16-bit raw chunk as a float.
-template <typename T>
-__device__ __forceinline__ float raw_elem16(const RawChunk<T>& r, int i) {
-  const uint32_t w[4] = {r.w[0].x, r.w[0].y, r.w[0].z, r.w[0].w};
-  return elem_to_float<T>((i & 1) ? w[i >> 1] >> 16 : w[i >> 1] & 0xFFFFu);
 }
 
 // a = T(T(silu(g)) * u) for the chunks k with live[k] (the others are not meaningful): SiLU on
