@@ -40,15 +40,23 @@ def shape(c):
 
 # (M, K, layout) -> (units per thread, unit map, block) on the H200 (bf16: 16 elements, so 8 lanes
 # per group of 128): one row per thread on grids under four waves of 6 x 132 blocks of 256
-# threads, with col_tma's rows along a warp; beyond, pairs of MN-major rows (col, col_tma,
-# packed) or pairs of groups (row). blockDim.x is the largest power of two up to 256 dividing the
-# row's chunks (448 at K = 7168, 128 at 2048, 1024 at 16384; 224 for pairs of groups at 7168).
+# threads, with col_tma's rows along a warp, in blocks of 128 threads, or of 256 or 512 where that
+# gives a grid of 66 to 132 full blocks (48 to 128 rows at K = 7168); beyond, pairs of MN-major rows
+# (col, col_tma, packed) or pairs of groups (row). blockDim.x is the largest power of two up to
+# 256 dividing the row's chunks (448 at K = 7168, 128 at 2048, 1024 at 16384; 224 for pairs of
+# groups at 7168).
 PER_TOKEN_SHAPES = {
     (1, 7168, "row"): (1, "rows_apart", (64, 1)),
     (1, 7168, "col_tma"): (1, "rows_apart", (64, 1)),
     (16, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
-    (128, 7168, "col_tma_packed"): (1, "rows_apart", (64, 2)),
-    (128, 7168, "row"): (1, "rows_apart", (64, 2)),
+    (64, 7168, "row"): (1, "rows_apart", (64, 4)),
+    (48, 7168, "row"): (1, "rows_apart", (64, 4)),
+    (48, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
+    (96, 7168, "row"): (1, "rows_apart", (64, 8)),
+    (96, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
+    (128, 7168, "col_tma_packed"): (1, "rows_apart", (64, 8)),
+    (128, 7168, "row"): (1, "rows_apart", (64, 8)),
+    (160, 7168, "row"): (1, "rows_apart", (64, 2)),
     (2048, 7168, "row"): (2, "groups", (32, 8)),
     (2048, 7168, "col"): (2, "mn_rows", (64, 4)),
     (2047, 7168, "col"): (4, "rows_apart", (64, 4)),
@@ -80,14 +88,14 @@ def test_group_major_takes_pairs_of_groups_and_packed_takes_mn_rows():
 def test_group_quant_grid_covers_the_work(layout):
     """Every work row and chunk has a thread: grid_y * block_y * units covers the rows (or the
     65535 cap strides over them), grid_x * block_x covers the chunks, and blocks hold at most 256
-    threads, a whole number of groups per row tile."""
+    threads (512 with one unit per thread), a whole number of groups per row tile."""
     for M, K, gs, eb in itertools.product((1, 3, 5, 17, 100, 4097, 70000), (128, 2048, 7168), (32, 64, 128), (2, 4)):
         if K % gs:
             continue
         c = _native.group_quant_launch(per_token_problem(M, K, layout, gs, eb))
         vec = 32 // eb
         lanes = gs // vec
-        assert c["block_x"] * c["block_y"] <= 256
+        assert c["block_x"] * c["block_y"] <= (512 if c["unroll"] == 1 else 256)
         assert c["block_x"] % lanes == 0 or c["block_x"] >= K // vec
         chunks = K // vec if c["map"] != "groups" else -(-(K // gs) // 2) * lanes
         assert c["grid_x"] * c["block_x"] >= chunks
@@ -95,6 +103,18 @@ def test_group_quant_grid_covers_the_work(layout):
         assert c["grid_y"] == min(-(-c["rows"] // per_block), 65535)
         if c["map"] == "mn_rows":
             assert c["rows"] % 4 == 0 and c["row_divisor"] == c["rows"]
+
+
+def test_group_quant_small_grids_take_larger_blocks_for_one_block_per_sm():
+    """On small grids (one unit per thread), blocks of 256 or 512 threads only where their grid has
+    one block per multiprocessor over at least half of them and every row slot holds a row;
+    otherwise 128 threads."""
+    for M, K, layout, sms in itertools.product(range(1, 300, 7), (2048, 7168, 16384), ("row", "col_tma"), (132, 78)):
+        c = _native.group_quant_launch(per_token_problem(M, K, layout, sms=sms))
+        if c["unroll"] != 1:
+            continue
+        threads, blocks = c["block_x"] * c["block_y"], c["grid_x"] * c["grid_y"]
+        assert threads <= 128 or (sms / 2 <= blocks <= sms and M % c["block_y"] == 0), (M, K, layout, sms, c)
 
 
 def test_group_quant_misaligned_input_takes_element_loads():

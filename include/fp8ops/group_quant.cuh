@@ -76,7 +76,10 @@ struct RowMap {
 // threads like the MN-major pairs of rows, with no spills; at 56 registers (four blocks) the row
 // layout ran slower than the MN-major layouts on large inputs (docs/DESIGN.md).
 template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap>
-__global__ void __launch_bounds__(kGroupQuantThreads, kMap == UnitMap::kGroups ? 5 : 3)
+__global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGroupQuantThreads,
+                                  kUnroll == 1               ? 2
+                                  : kMap == UnitMap::kGroups ? 5
+                                                             : 3)
     group_quant_kernel(const GroupQuantParams p, const FastDivmod div_rows, const uint32_t rows,
                        const bool gather_words, const uint32_t prefetch_blocks) {
   constexpr int kVec = kThreadBytes / sizeof(T);  // elements per thread and row

@@ -9,11 +9,12 @@
 
 namespace fp8ops {
 
-constexpr int kGroupQuantThreads = 256;       // per block on large grids
-constexpr int kGroupQuantSmallThreads = 128;  // per block on small grids (one row per thread)
-constexpr int kGroupQuantWaveBlocks = 6;      // resident blocks per SM assumed when counting waves
-constexpr int kGroupQuantUnrollWaves = 4;     // waves of 256-thread blocks from which units unroll
-constexpr int kThreadBytes = 32;              // bytes of x per thread and row: two 16-byte loads
+constexpr int kGroupQuantThreads = 256;         // per block on large grids
+constexpr int kGroupQuantSmallThreads = 128;    // per block on small grids (one row per thread)
+constexpr int kGroupQuantOneWaveThreads = 512;  // at most, per block on grids of a block per SM
+constexpr int kGroupQuantWaveBlocks = 6;        // resident blocks per SM assumed when counting waves
+constexpr int kGroupQuantUnrollWaves = 4;       // waves of 256-thread blocks from which units unroll
+constexpr int kThreadBytes = 32;                // bytes of x per thread and row: two 16-byte loads
 
 // How a thread's kUnroll units (rows, or groups of one row) map to the work grid (t, g, s):
 //  - kRowsApart: row r = t * G + g over the T_q * G rows of q; a thread's units are rows
@@ -42,10 +43,10 @@ struct GroupQuantLaunch {
 
 // elem_bytes: 2 (bf16, fp16) or 4 (fp32). The problem must be non-empty, with a supported group
 // size and fewer than 2^31 rows (launch_group_quant checks both).
-// NOTES: one row per thread, in blocks of 128 threads, until the grid of 256-thread blocks spans
-// kGroupQuantUnrollWaves waves; then two units per thread whose scales one vector store writes
-// (2 rows with MN-major scales, 2 groups with fp32 scales consecutive along s, and group-major
-// fp32 scales, whose two rows would be a token stride apart in x), else 4 rows.
+// NOTES: one row per thread, in blocks of 128 to 512 threads, until the grid of 256-thread
+// blocks spans kGroupQuantUnrollWaves waves; then two units per thread whose scales one vector
+// store writes (2 rows with MN-major scales, 2 groups with fp32 scales consecutive along s, and
+// group-major fp32 scales, whose two rows would be a token stride apart in x), else 4 rows.
 inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_bytes, int sm_count) {
   const uint32_t vec = kThreadBytes / elem_bytes;  // elements per thread and row
   const uint32_t lanes = static_cast<uint32_t>(p.group_size) / vec;
@@ -68,18 +69,34 @@ inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_b
   const uint32_t wave = static_cast<uint32_t>(sm_count) * kGroupQuantWaveBlocks;
   const uint64_t blocks = static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
   const bool small = blocks < static_cast<uint64_t>(kGroupQuantUnrollWaves) * wave;
-  if (small) {
-    shape_block(kGroupQuantSmallThreads);
-    // NOTES: per-token MN-major fp32 scales: a warp takes one group of up to 32 / lanes
-    // consecutive rows, so that the scale words its first lanes store are one segment instead
-    // of one word in each of its groups' columns. Packed scales keep a warp across groups: their
-    // bytes then share one word.
+  // NOTES: per-token MN-major fp32 scales: a warp takes one group of up to 32 / lanes
+  // consecutive rows, so that the scale words its first lanes store are one segment instead of
+  // one word in each of its groups' columns. Packed scales keep a warp across groups: their bytes
+  // then share one word.
+  auto shape_small = [&](uint32_t threads) {
+    shape_block(threads);
     if (p.s_stride_t == 1 && p.G == 1 && !p.packed && q_rows > 1) {
       bx = lanes;
       while (bx < 32 && bx * q_rows < 32) bx *= 2;
       by = 1;
-      while (bx * by < kGroupQuantSmallThreads && by < q_rows) by *= 2;
+      while (bx * by < threads && by < q_rows) by *= 2;
     }
+    return static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
+  };
+  if (small) {
+    // NOTES: the largest block (up to kGroupQuantOneWaveThreads) whose grid is one block per
+    // multiprocessor over at least half of them, with no row slot left empty, else
+    // kGroupQuantSmallThreads: such grids of larger blocks measured faster than more, smaller
+    // blocks (docs/DESIGN.md).
+    uint32_t threads = kGroupQuantSmallThreads;
+    for (uint32_t t = kGroupQuantOneWaveThreads; t > kGroupQuantSmallThreads; t /= 2) {
+      const uint64_t n = shape_small(t);
+      if (n <= static_cast<uint64_t>(sm_count) && 2 * n >= static_cast<uint64_t>(sm_count) && q_rows % by == 0) {
+        threads = t;
+        break;
+      }
+    }
+    shape_small(threads);
   }
   // A packed word's four groups sit in one warp and one row when the row tile holds whole words.
   const bool whole_words = p.packed && 4 * lanes <= 32 && bx % (4 * lanes) == 0;
