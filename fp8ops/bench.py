@@ -260,8 +260,9 @@ def _silu(x, layout="col_tma_packed", masked_m=None):
     return fp8ops.silu_mul_quant(x, 128, layout, masked_m=masked_m)
 
 
-# Flat decode rows of dense MLPs' wider intermediates (DeepSeek-V3's 18432), besides H = 2048.
-SILU_WIDE = ((1, 7168), (16, 7168), (16, 18432))
+# Flat rows of dense MLPs' wider intermediates (DeepSeek-V3's 18432), besides H = 2048: decode
+# steps and small batches, whose few rows silu_mul_quant cuts into slices.
+SILU_WIDE = ((1, 7168), (16, 7168), (128, 7168), (16, 18432), (32, 18432))
 
 
 def bench_silu(ctx, Ms, H=2048, wide=SILU_WIDE):

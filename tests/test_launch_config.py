@@ -208,14 +208,14 @@ def test_row_shape_lanes_hold_whole_groups():
 def test_silu_shape_pairs_adjacent_chunks_on_large_or_wide_rows():
     pair = lambda chunks, rows, masked=False, elem=2, vec=True: _native.silu_shape(chunks, rows, masked, elem, vec, 132)  # noqa: E731
     # H = 2048 (256 chunks): one chunk per lane for small grids, two from 896 * 132 chunks.
-    assert pair(256, 16) == {"lanes": 256, "units_per_lane": 1, "rows_per_block": 1, "adjacent": 1, "slices": 1}
+    assert pair(256, 100) == {"lanes": 256, "units_per_lane": 1, "rows_per_block": 1, "adjacent": 1, "slices": 1}
     assert pair(256, 462)["adjacent"] == 2 and pair(256, 461)["adjacent"] == 1
     assert pair(256, 4096) == {"lanes": 128, "units_per_lane": 1, "rows_per_block": 2, "adjacent": 2, "slices": 1}
     # Rows that would give a lane more than two chunks: two adjacent chunks per lane at any row
     # count too large for slices; two chunks per lane (H = 1536) stay single on small grids.
-    assert pair(896, 67) == {"lanes": 256, "units_per_lane": 2, "rows_per_block": 1, "adjacent": 2, "slices": 1}
+    assert pair(896, 265) == {"lanes": 256, "units_per_lane": 2, "rows_per_block": 1, "adjacent": 2, "slices": 1}
     assert pair(768, 1, masked=True)["adjacent"] == 2
-    assert pair(192, 16) == {"lanes": 128, "units_per_lane": 2, "rows_per_block": 2, "adjacent": 1, "slices": 1}
+    assert pair(192, 100) == {"lanes": 128, "units_per_lane": 2, "rows_per_block": 2, "adjacent": 1, "slices": 1}
     assert pair(512, 1 << 20, masked=True)["adjacent"] == 1
     # Masked narrow rows, fp32 and rows without 16-byte loads keep one chunk per lane.
     assert pair(256, 32 * 512, masked=True)["adjacent"] == 1
@@ -223,28 +223,45 @@ def test_silu_shape_pairs_adjacent_chunks_on_large_or_wide_rows():
     assert pair(896, 1 << 20, vec=False)["adjacent"] == 1
 
 
-def test_silu_shape_slices_wide_rows_of_small_grids():
+def test_silu_shape_slices_rows_of_small_grids():
     shape = lambda chunks, rows, masked=False, elem=2: _native.silu_shape(chunks, rows, masked, elem, True, 132)  # noqa: E731
-    # H = 7168 (896 chunks): four slices of up to 256 chunks, a chunk per lane, while rows * 4 <= 264.
-    assert shape(896, 16) == {"lanes": 256, "units_per_lane": 1, "rows_per_block": 1, "adjacent": 1, "slices": 4}
-    assert shape(896, 66)["slices"] == 4 and shape(896, 67)["slices"] == 1
-    assert shape(2304, 29)["slices"] == 9 and shape(2304, 30)["slices"] == 1  # H = 18432
-    assert shape(260, 1)["slices"] == 2 and shape(256, 1)["slices"] == 1
-    assert shape(896, 16, elem=4)["slices"] == 4
-    assert shape(896, 16, masked=True)["slices"] == 1  # masked rows are never cut
+
+    def sliced(width, slices):
+        return {"lanes": width, "units_per_lane": 1, "rows_per_block": 1, "adjacent": 1, "slices": slices}
+
+    # Up to 66 rows: as many slices per row as give a block per multiprocessor, each a whole number
+    # of warps, at least 64 chunks and at most 512. H = 2048 (256 chunks): 4 slices of 64 up to 33
+    # rows, 3 of 96 at 34, 2 of 128 at 66; H = 7168 (896 chunks): 14 of 64 at one row, 7 of 128 at
+    # 16; H = 18432 (2304 chunks): 8 of 288 at 16 rows.
+    assert shape(256, 1) == sliced(64, 4) and shape(256, 33) == sliced(64, 4)
+    assert shape(256, 34) == sliced(96, 3) and shape(256, 66) == sliced(128, 2)
+    assert shape(896, 1) == sliced(64, 14) and shape(896, 16) == sliced(128, 7)
+    assert shape(2304, 16) == sliced(288, 8)
+    # Rows of at most 64 chunks are not cut; nor masked rows, at any width.
+    assert shape(64, 1)["slices"] == 1 and shape(68, 1) == sliced(64, 2)
+    assert shape(896, 16, masked=True)["slices"] == 1
+    # Past 66 rows, or where narrow slices would be wider than 512 chunks: rows wider than 256
+    # chunks take slices of 256 up to 264 rows (two per multiprocessor).
+    assert shape(2304, 29) == sliced(256, 9) and shape(2304, 264) == sliced(256, 9)
+    assert shape(896, 67) == sliced(256, 4) and shape(896, 264) == sliced(256, 4)
+    assert shape(896, 265)["slices"] == 1 and shape(256, 67)["slices"] == 1
+    assert shape(260, 100) == sliced(256, 2) and shape(896, 16, elem=4) == sliced(128, 7)
 
 
 def test_silu_shape_units_tile_rows_and_groups():
     """Every row width (groups of 32 elements or more): the lanes cover the row (or its slices, none
     of them empty, each a whole number of the largest group), a group's units never span two rows'
-    lanes, and a block holds whole rows."""
+    lanes, and a block holds whole rows or one slice."""
     for chunks in range(4, 4096, 4):
-        for rows in (1, 1 << 16):
+        for rows in (1, 5, 66, 67, 264, 1 << 16):
             s = _native.silu_shape(chunks, rows, False, 2, True, 132)
             a, lanes, slices = s["adjacent"], s["lanes"], s["slices"]
             width = lanes * s["units_per_lane"] * a  # chunks a row (or slice) of lanes covers
-            assert width * slices >= chunks > (slices - 1) * width and lanes <= 256, (chunks, rows, s)
-            assert slices == 1 or width % 16 == 0, (chunks, rows, s)
+            assert width * slices >= chunks > (slices - 1) * width, (chunks, rows, s)
+            if slices > 1:  # a block per slice, a chunk per lane, whole warps and whole groups
+                assert a == 1 and s["units_per_lane"] == 1 and s["rows_per_block"] == 1, (chunks, rows, s)
+                assert lanes % 32 == 0 and 64 <= lanes <= 512, (chunks, rows, s)
+                continue
             g = min(16, chunks & -chunks) // a  # the largest group (in units) that divides the row
             assert lanes % g == 0 and 256 % lanes == 0 and s["rows_per_block"] * lanes == 256, (chunks, rows, s)
 

@@ -682,20 +682,20 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   }
 }
 
-// ---- silu_mul_quant on few wide flat rows (silu_shape's slices): block b holds slice b % slices
-// of row slot b / slices, kSiluSliceChunks chunks of it (the last slice the rest), a chunk per
-// lane; the grid has a block per slice, so each block makes one pass.
+// ---- silu_mul_quant on small flat grids (silu_shape's slices): block b holds slice b % slices
+// of row slot b / slices, blockDim.x chunks of it (the last slice the rest), a chunk per lane;
+// the grid has a block per slice, so each block makes one pass.
 template <typename T, bool kVec>
-__global__ void __launch_bounds__(kRowBlockThreads)
+__global__ void __launch_bounds__(kSiluSliceMaxChunks)
     silu_mul_quant_slice_kernel(const SiluMulQuantParams p, const uint32_t slices) {
-  const uint32_t t = blockIdx.x / slices, slice = blockIdx.x - t * slices;
+  const uint32_t t = blockIdx.x / slices, slice = blockIdx.x - t * slices, width = blockDim.x;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
-  const int64_t chunks = p.H / kChunkElems, c0 = static_cast<int64_t>(slice) * kSiluSliceChunks;
-  const int64_t end = min(c0 + kSiluSliceChunks, chunks), c = c0 + threadIdx.x;
+  const int64_t chunks = p.H / kChunkElems, c0 = static_cast<int64_t>(slice) * width;
+  const int64_t end = min(c0 + width, chunks), c = c0 + threadIdx.x;
   const T* __restrict__ gate = static_cast<const T*>(p.x) + t * p.x_stride_t;
   // Before waiting for the previous grid: the L2 prefetch of the slice's lines (launch.cuh says
   // why that is safe).
-  if (t < p.T) prefetch_row_lines<T>(gate + c0 * kChunkElems, p.H, threadIdx.x, kRowBlockThreads, end - c0);
+  if (t < p.T) prefetch_row_lines<T>(gate + c0 * kChunkElems, p.H, threadIdx.x, width, end - c0);
   wait_for_prior_grid();
   allow_next_grid();
   const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
@@ -704,7 +704,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   const RawChunk<T> g[1] = {load_raw8<T, kVec>(gate + c * kChunkElems, live[0])};
   RawChunk<T> a[1];
   silu_mul_chunks<T, 1>(g, u, live, a);
-  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, kRowBlockThreads, end, group_lanes);
+  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, width, end, group_lanes);
 }
 
 // Entry 0 of the pairwise sums of the n <= kMax values v[0..n): s[i] + s[i ^ o] for o = kMax / 2,
@@ -1060,11 +1060,9 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
   const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
   const SiluShape s = silu_shape(p.H / kChunkElems, slots, masked, sizeof(T), vec, sm_count);
   if (s.slices > 1) {
-    const dim3 grid(static_cast<uint32_t>(slots * s.slices));
-    return vec ? launch_kernel(silu_mul_quant_slice_kernel<T, true>, grid, dim3(kRowBlockThreads), stream, pdl, p,
-                               s.slices)
-               : launch_kernel(silu_mul_quant_slice_kernel<T, false>, grid, dim3(kRowBlockThreads), stream, pdl, p,
-                               s.slices);
+    const dim3 grid(static_cast<uint32_t>(slots * s.slices)), block(s.row.lanes);
+    return vec ? launch_kernel(silu_mul_quant_slice_kernel<T, true>, grid, block, stream, pdl, p, s.slices)
+               : launch_kernel(silu_mul_quant_slice_kernel<T, false>, grid, block, stream, pdl, p, s.slices);
   }
   if (masked) {
     return vec ? launch_silu_mul_quant_shape<T, true, true>(p, s, sm_count, stream, pdl)

@@ -3,6 +3,7 @@
 // which also fixes rms_norm_quant's order of summation.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "fp8ops/fused_quant.h"
@@ -44,16 +45,21 @@ inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count)
 // per expert) only the device knows. Two need bf16 or fp16 rows loaded 16 bytes at a time.
 constexpr int64_t kSiluPairChunksPerSm = 896;
 
-// A flat grid of few rows wider than kSiluSliceChunks chunks would leave most multiprocessors idle
-// while each of the others works through whole rows: its rows are cut into slices of that many
-// chunks (a chunk per lane; the last slice holds the rest), each taken as a row of its own, while
-// that gives at most kSiluSliceBlocksPerSm such rows per multiprocessor. Slices are a multiple of
-// any group's chunks, so a group never spans two.
+// A flat grid of few rows would leave most multiprocessors idle while each of the others works
+// through whole rows: its rows are cut into slices, a block per slice and a chunk per lane (the
+// last slice holds the rest). Where a row can take two or more slices with one block per
+// multiprocessor, the slices are as narrow as that allows, from kSiluSliceMinChunks to
+// kSiluSliceMaxChunks chunks in whole warps; otherwise rows wider than kSiluSliceChunks chunks take
+// slices of that many while there are at most kSiluSliceRowsPerSm rows per multiprocessor (the row
+// kernel would give each of those few blocks several passes). A slice is a multiple of 32 chunks,
+// so of any group's chunks: a group never spans two.
 constexpr int64_t kSiluSliceChunks = 256;
-constexpr int64_t kSiluSliceBlocksPerSm = 2;
+constexpr int64_t kSiluSliceRowsPerSm = 2;
+constexpr int64_t kSiluSliceMinChunks = 64;
+constexpr uint32_t kSiluSliceMaxChunks = 512;
 
 struct SiluShape {
-  RowShape row;       // over units of `adjacent` chunks (of a slice, when sliced)
+  RowShape row;       // over units of `adjacent` chunks; sliced: a slice's chunks (lanes) and 1, 1
   uint32_t adjacent;  // chunks per unit
   uint32_t slices;    // slices per flat row (1: whole rows)
 };
@@ -61,9 +67,17 @@ struct SiluShape {
 // chunks: chunks of a row (a multiple of 4: groups hold at least 32 elements); rows: the row
 // slots (flat: T_s; masked: E * Mmax).
 inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_bytes, bool vec16, int sm_count) {
-  if (const int64_t slices = (chunks + kSiluSliceChunks - 1) / kSiluSliceChunks;
-      !masked && slices > 1 && rows * slices <= kSiluSliceBlocksPerSm * sm_count) {
-    return {row_shape(kSiluSliceChunks, kSiluChunksPerLane), 1, static_cast<uint32_t>(slices)};
+  if (!masked && rows >= 1 && 2 * rows <= sm_count) {
+    const int64_t per_row = sm_count / rows;  // slices per row at one block per multiprocessor
+    const int64_t width = std::max<int64_t>(((chunks + per_row - 1) / per_row + 31) / 32 * 32, kSiluSliceMinChunks);
+    if (width < chunks && width <= kSiluSliceMaxChunks) {
+      return {{static_cast<uint32_t>(width), 1, 1}, 1, static_cast<uint32_t>((chunks + width - 1) / width)};
+    }
+  }
+  if (!masked && chunks > kSiluSliceChunks && rows <= kSiluSliceRowsPerSm * sm_count) {
+    return {{static_cast<uint32_t>(kSiluSliceChunks), 1, 1},
+            1,
+            static_cast<uint32_t>((chunks + kSiluSliceChunks - 1) / kSiluSliceChunks)};
   }
   const RowShape single = row_shape(chunks, kSiluChunksPerLane);
   const bool large = !masked && rows * chunks >= kSiluPairChunksPerSm * sm_count;
