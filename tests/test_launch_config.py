@@ -82,6 +82,9 @@ def test_group_major_takes_pairs_of_groups_and_packed_takes_mn_rows():
     assert shape(c)[:2] == (2, "mn_rows") and c["gather_words"] == 1
     c = _native.group_quant_launch(group_major_problem(8, 8, 512, False))
     assert shape(c)[:2] == (1, "rows_apart")
+    # Small group-major grids keep 128-thread blocks (the larger blocks are a per-token choice).
+    c = _native.group_quant_launch(group_major_problem(64, 16, 512, False))
+    assert shape(c) == (1, "rows_apart", (32, 4))
 
 
 @pytest.mark.parametrize("layout", ("row", "col", "col_tma", "col_tma_packed"))

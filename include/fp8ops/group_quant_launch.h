@@ -84,12 +84,12 @@ inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_b
     return static_cast<uint64_t>((chunks + bx - 1) / bx) * ((q_rows + by - 1) / by);
   };
   if (small) {
-    // NOTES: the largest block (up to kGroupQuantOneWaveThreads) whose grid is one block per
-    // multiprocessor over at least half of them, with no row slot left empty, else
-    // kGroupQuantSmallThreads: such grids of larger blocks measured faster than more, smaller
-    // blocks (docs/DESIGN.md).
+    // NOTES: per-token grids take the largest block (up to kGroupQuantOneWaveThreads) whose grid
+    // is one block per multiprocessor over at least half of them, with no row slot left empty,
+    // else kGroupQuantSmallThreads: such grids of larger blocks measured faster than more,
+    // smaller blocks (docs/DESIGN.md).
     uint32_t threads = kGroupQuantSmallThreads;
-    for (uint32_t t = kGroupQuantOneWaveThreads; t > kGroupQuantSmallThreads; t /= 2) {
+    for (uint32_t t = kGroupQuantOneWaveThreads; p.G == 1 && t > kGroupQuantSmallThreads; t /= 2) {
       const uint64_t n = shape_small(t);
       if (n <= static_cast<uint64_t>(sm_count) && 2 * n >= static_cast<uint64_t>(sm_count) && q_rows % by == 0) {
         threads = t;
