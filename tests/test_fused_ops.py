@@ -461,7 +461,8 @@ def call_over_poison(fn, like):
 def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128))
     # Few rows cut into slices (fused_quant_launch.h): of H = 33280, 8320 and 6144 into narrow
-    # slices, a block per multiprocessor (8320: 1040 chunks in slices of 96, the last holding 80);
+    # slices, a block per multiprocessor (8320: 1040 chunks, in slices of 96 with TMA-padded scale
+    # rows or of 64 without, the last holding 80 or 16);
     # 70 rows of 2560 into slices of 256 chunks, the last holding 64. 300 rows of 6144 with groups
     # of 64: lanes of two adjacent chunks in two passes, the second used by some lanes only. 270
     # rows of 9216: several passes of one chunk per lane where the rows are not loaded 16 bytes at

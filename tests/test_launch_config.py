@@ -41,10 +41,10 @@ def shape(c):
 # (M, K, layout) -> (units per thread, unit map, block) on the H200 (bf16: 16 elements, so 8 lanes
 # per group of 128): one row per thread on grids under four waves of 6 x 132 blocks of 256
 # threads, with col_tma's rows along a warp, in blocks of 128 threads, or of 256 or 512 where that
-# gives a grid of 66 to 132 full blocks (48 to 128 rows at K = 7168); beyond, pairs of MN-major rows
-# (col, col_tma, packed) or pairs of groups (row). blockDim.x is the largest power of two up to
-# 256 dividing the row's chunks (448 at K = 7168, 128 at 2048, 1024 at 16384; 224 for pairs of
-# groups at 7168).
+# gives a grid of 66 to 132 full blocks (in the row layout at K = 7168, about 40 to 144 rows);
+# beyond, pairs of MN-major rows (col, col_tma, packed) or pairs of groups (row). blockDim.x is the
+# largest power of two up to 256 dividing the row's chunks (448 at K = 7168, 128 at 2048, 1024 at
+# 16384; 224 for pairs of groups at 7168).
 PER_TOKEN_SHAPES = {
     (1, 7168, "row"): (1, "rows_apart", (64, 1)),
     (1, 7168, "col_tma"): (1, "rows_apart", (64, 1)),
