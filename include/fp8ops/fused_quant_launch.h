@@ -67,18 +67,15 @@ struct SiluShape {
 // chunks: chunks of a row (a multiple of 4: groups hold at least 32 elements); rows: the row
 // slots (flat: T_s; masked: E * Mmax).
 inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_bytes, bool vec16, int sm_count) {
+  auto sliced = [chunks](int64_t width) -> SiluShape {
+    return {{static_cast<uint32_t>(width), 1, 1}, 1, static_cast<uint32_t>((chunks + width - 1) / width)};
+  };
   if (!masked && rows >= 1 && 2 * rows <= sm_count) {
     const int64_t per_row = sm_count / rows;  // slices per row at one block per multiprocessor
     const int64_t width = std::max<int64_t>(((chunks + per_row - 1) / per_row + 31) / 32 * 32, kSiluSliceMinChunks);
-    if (width < chunks && width <= kSiluSliceMaxChunks) {
-      return {{static_cast<uint32_t>(width), 1, 1}, 1, static_cast<uint32_t>((chunks + width - 1) / width)};
-    }
+    if (width < chunks && width <= kSiluSliceMaxChunks) return sliced(width);
   }
-  if (!masked && chunks > kSiluSliceChunks && rows <= kSiluSliceRowsPerSm * sm_count) {
-    return {{static_cast<uint32_t>(kSiluSliceChunks), 1, 1},
-            1,
-            static_cast<uint32_t>((chunks + kSiluSliceChunks - 1) / kSiluSliceChunks)};
-  }
+  if (!masked && chunks > kSiluSliceChunks && rows <= kSiluSliceRowsPerSm * sm_count) return sliced(kSiluSliceChunks);
   const RowShape single = row_shape(chunks, kSiluChunksPerLane);
   const bool large = !masked && rows * chunks >= kSiluPairChunksPerSm * sm_count;
   if (elem_bytes == 2 && vec16 && (single.chunks_per_lane > 2 || large)) {
