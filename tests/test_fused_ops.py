@@ -462,11 +462,10 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128))
     # Few rows cut into slices (fused_quant_launch.h): of H = 33280, 8320 and 6144 into narrow
     # slices, a block per multiprocessor (8320: 1040 chunks, in slices of 96 with TMA-padded scale
-    # rows or of 64 without, the last holding 80 or 16);
-    # 70 rows of 2560 into slices of 256 chunks, the last holding 64. 300 rows of 6144 with groups
-    # of 64: lanes of two adjacent chunks in two passes, the second used by some lanes only. 270
-    # rows of 9216: several passes of one chunk per lane where the rows are not loaded 16 bytes at
-    # a time (and in fp32).
+    # rows or of 64 without, the last holding 80 or 16); 70 rows of 2560 into slices of 256 chunks,
+    # the last holding 64. 300 rows of 6144 with groups of 64: lanes of two adjacent chunks in two
+    # passes, the second used by some lanes only. 270 rows of 9216: several passes of one chunk per
+    # lane where the rows are not loaded 16 bytes at a time (and in fp32).
     shapes = (*shapes, (3, 33280, 128), (5, 8320, 32), (3, 6144, 64), (70, 2560, 128), (300, 6144, 64))
     shapes = (*shapes, (270, 9216, 128))
     # Every lane shape runs: a chunk per lane, two adjacent chunks (large or wide rows), slices.
