@@ -274,17 +274,18 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, 
 // (c0 + k * W) * kAdj + i, i < kAdj, held in a[k * kAdj + i]; c0 is the lane's first) and stores
 // their codes and, from each group's first lane, the scales. Every lane of the warp calls it: a
 // group's amax is reduced over the group_lanes lanes that hold its units, for all k at once.
+// Unit indices are 32-bit (a row has fewer than 2^31 units); addresses are 64-bit.
 template <typename T, int kN, int kAdj = 1>
 __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN * kAdj],
-                                                   RowKind kind, int64_t e, int64_t t, int64_t c0, uint32_t W,
-                                                   int64_t units, uint32_t group_lanes) {
+                                                   RowKind kind, int64_t e, int64_t t, uint32_t c0, uint32_t W,
+                                                   uint32_t units, uint32_t group_lanes) {
   static_assert(kAdj == 1 || kAdj == 2, "one or two adjacent chunks per unit");
   const bool data = kind == RowKind::kData;
   float amax[kN];
   bool nonfinite[kN];
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
-    const bool in = data && c0 + int64_t(k) * W < units;
+    const bool in = data && c0 + k * W < units;
     uint32_t m = 0u;
     bool nf = false;
 #pragma unroll
@@ -311,57 +312,72 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
     for (int k = 0; k < kN; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xFFFFFFFFu, amax[k], lane_mask));
   }
   if (kind == RowKind::kNone) return;
+  const bool codes_out = kind != RowKind::kScalePad;
   const bool first_lane = (c0 & (group_lanes - 1)) == 0;  // W is a multiple of group_lanes
   const uint32_t group_log2 = __ffs(static_cast<int>(group_lanes)) - 1;
   uint8_t* const q_row = o.q + (e * o.q_rows + t) * o.D;
-  const int64_t s_row = row_scale_base(o, e, t);
+  int32_t* const s_row = static_cast<int32_t*>(o.scale) + row_scale_base(o, e, t);
+  // The scale kind (fp32, UE8M0 fp32, packed UE8M0) is the same for the whole grid: each has its
+  // own copy of the loop, so that no unit tests it.
+  auto store_units = [&](auto ue8m0_tag, auto packed_tag) {
+    constexpr bool kUe8m0 = decltype(ue8m0_tag)::value, kPacked = decltype(packed_tag)::value;
 #pragma unroll
-  for (int k = 0; k < kN; ++k) {
-    const int64_t c = c0 + int64_t(k) * W;
-    if (c >= units) break;
-    const float scale = group_scale(amax[k], o.eps, o.ue8m0);
-    if (kind != RowKind::kScalePad) {
-      uint2 codes[kAdj];
+    for (int k = 0; k < kN; ++k) {
+      const uint32_t c = c0 + k * W;
+      if (c >= units) break;
+      const float scale = group_scale(amax[k], o.eps, kUe8m0);
+      if (codes_out) {
+        uint2 codes[kAdj];
 #pragma unroll
-      for (int i = 0; i < kAdj; ++i) codes[i] = make_uint2(0u, 0u);
-      if (data) {
-        const float r = o.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale);
+        for (int i = 0; i < kAdj; ++i) codes[i] = make_uint2(0u, 0u);
+        if (data) {
+          const float r = kUe8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale);
 #pragma unroll
-        for (int i = 0; i < kAdj; ++i) {
-          float v[kChunkElems];
-          raw_to_floats<T>(a[k * kAdj + i], v);
-          codes[i] = codes8(v, r, nonfinite[k]);
+          for (int i = 0; i < kAdj; ++i) {
+            float v[kChunkElems];
+            raw_to_floats<T>(a[k * kAdj + i], v);
+            codes[i] = codes8(v, r, nonfinite[k]);
+          }
         }
-      }
-      uint8_t* const dst = q_row + c * (kAdj * kChunkElems);
-      if constexpr (kAdj == 1) {
-        *reinterpret_cast<uint2*>(dst) = codes[0];
-      } else {
-        *reinterpret_cast<uint4*>(dst) = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
-      }
-    }
-    if (first_lane) {
-      const int64_t s = c >> group_log2;  // c / group_lanes, a power of two
-      const int64_t word = s_row + scale_group_offset(o, s);
-      if (!o.packed) {
-        static_cast<float*>(o.scale)[word] = data ? scale : 0.0f;
-      } else {
-        // The group's byte; the last group of a row also zeroes the bytes after it in its word.
-        uint8_t* bytes = reinterpret_cast<uint8_t*>(static_cast<int32_t*>(o.scale) + word);
-        const uint32_t b = data ? ue8m0_exponent_of_power(scale) : 0u;
-        const int j = static_cast<int>(s & 3);
-        if (s != o.S - 1 || j == 3) {
-          bytes[j] = static_cast<uint8_t>(b);
-        } else if (j == 0) {
-          *reinterpret_cast<uint32_t*>(bytes) = b;
-        } else if (j == 1) {
-          bytes[1] = static_cast<uint8_t>(b);
-          *reinterpret_cast<uint16_t*>(bytes + 2) = 0;
+        uint8_t* const dst = q_row + static_cast<uint64_t>(c) * (kAdj * kChunkElems);
+        if constexpr (kAdj == 1) {
+          *reinterpret_cast<uint2*>(dst) = codes[0];
         } else {
-          *reinterpret_cast<uint16_t*>(bytes + 2) = static_cast<uint16_t>(b);
+          *reinterpret_cast<uint4*>(dst) = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
+        }
+      }
+      if (first_lane) {
+        const uint32_t s = c >> group_log2;  // c / group_lanes, a power of two
+        int32_t* const word = s_row + (kPacked ? s >> 2 : s) * o.s_stride_s;
+        if constexpr (!kPacked) {
+          *reinterpret_cast<float*>(word) = data ? scale : 0.0f;
+        } else {
+          // The group's byte; the last group of a row also zeroes the bytes after it in its word.
+          uint8_t* bytes = reinterpret_cast<uint8_t*>(word);
+          const uint32_t b = data ? ue8m0_exponent_of_power(scale) : 0u;
+          const uint32_t j = s & 3;
+          if (s != static_cast<uint32_t>(o.S - 1) || j == 3) {
+            bytes[j] = static_cast<uint8_t>(b);
+          } else if (j == 0) {
+            *reinterpret_cast<uint32_t*>(bytes) = b;
+          } else if (j == 1) {
+            bytes[1] = static_cast<uint8_t>(b);
+            *reinterpret_cast<uint16_t*>(bytes + 2) = 0;
+          } else {
+            *reinterpret_cast<uint16_t*>(bytes + 2) = static_cast<uint16_t>(b);
+          }
         }
       }
     }
+  };
+  using Yes = std::true_type;
+  using No = std::false_type;
+  if (o.packed) {
+    store_units(Yes{}, Yes{});
+  } else if (o.ue8m0) {
+    store_units(Yes{}, No{});
+  } else {
+    store_units(No{}, No{});
   }
 }
 
@@ -643,7 +659,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       const bool load = c < n_units && kind == RowKind::kData;
 #pragma unroll
       for (int i = 0; i < kAdj; ++i) {
-        const int64_t off = (static_cast<int64_t>(c) * kAdj + i) * kChunkElems;
+        const uint64_t off = static_cast<uint64_t>(c * kAdj + i) * kChunkElems;
         u[k * kAdj + i] = load_raw8<T, kVec>(gate + p.H + off, load);
         g[k * kAdj + i] = load_raw8<T, kVec>(gate + off, load);
       }
@@ -704,7 +720,8 @@ __global__ void __launch_bounds__(kSiluSliceMaxChunks)
   const RawChunk<T> g[1] = {load_raw8<T, kVec>(gate + c * kChunkElems, live[0])};
   RawChunk<T> a[1];
   silu_mul_chunks<T, 1>(g, u, live, a);
-  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, width, end, group_lanes);
+  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, static_cast<uint32_t>(c), width, static_cast<uint32_t>(end),
+                           group_lanes);
 }
 
 // Entry 0 of the pairwise sums of the n <= kMax values v[0..n): s[i] + s[i ^ o] for o = kMax / 2,
@@ -790,7 +807,8 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
-  const int64_t D = p.out.D, chunks = D / kChunkElems;
+  const int64_t D = p.out.D;
+  const uint32_t chunks = static_cast<uint32_t>(D / kChunkElems);
   const float Df = static_cast<float>(D);
   const T* __restrict__ x = static_cast<const T*>(p.x);
   T* __restrict__ res = static_cast<T*>(p.residual);
@@ -816,22 +834,24 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
     RawChunk<T> r[kMaxChunks], w[kMaxChunks];
     float acc = 0.0f;
     {
+      const T* const x_row = x + t * p.x_stride;
+      T* const res_row = kResidual ? res + t * p.r_stride : nullptr;
       RawChunk<T> rres[kResidual ? kMaxChunks : 1];
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
-        const int64_t c = lane + static_cast<int64_t>(k) * W;
+        const uint32_t c = lane + k * W;
         const bool load = data && c < chunks;
-        r[k] = load_raw8<T, kVec>(x + t * p.x_stride + c * kChunkElems, load);
-        if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res + t * p.r_stride + c * kChunkElems, load);
+        r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, load);
+        if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, load);
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
-        const int64_t c = lane + static_cast<int64_t>(k) * W;
-        w[k] = load_raw8<T, kVec>(weight + c * kChunkElems, data && c < chunks);
+        const uint32_t c = lane + k * W;
+        w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, data && c < chunks);
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
-        const int64_t c = lane + static_cast<int64_t>(k) * W;
+        const uint32_t c = lane + k * W;
         const bool load = data && c < chunks;
         float v[kChunkElems];
         raw_to_floats<T>(r[k], v);
@@ -842,17 +862,18 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
           for (int i = 0; i < kChunkElems; ++i) v[i] = add_rn(v[i], rv[i]);
           r[k] = floats_to_raw<T>(v);  // rounded to T; NaN canonical, as the residual is stored
           raw_to_floats<T>(r[k], v);
-          if (load) store_raw8<T, kVec>(res + t * p.r_stride + c * kChunkElems, r[k]);
+          if (load) store_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, r[k]);
         }
-        if (load) {
+        // A chunk not loaded is zeros, and fma(0, 0, acc) is acc: no test needed.
 #pragma unroll
-          for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
-        }
+        for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
       }
     }
     // The pairwise sums of fused_quant.h: within 32 lanes, then over the row's warps.
-    for (uint32_t off = (W < 32 ? W : 32) / 2; off > 0; off >>= 1)
-      acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+#pragma unroll
+    for (uint32_t off = 16; off > 0; off >>= 1) {
+      if (off < W) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+    }
     if (W > 32) {
       const uint32_t warps = W / 32, first = (threadIdx.x / W) * warps;
       if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
@@ -947,7 +968,8 @@ __global__ void __launch_bounds__(32 * kK)
   }
   const float inv = rms_inverse(pairwise_sum<kMaxCluster>(part, blocks), static_cast<float>(p.out.D), p.norm_eps);
   const RawChunk<T> a[1] = {rms_scaled<T>(r, w, inv)};
-  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
+  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, static_cast<uint32_t>(c), W, static_cast<uint32_t>(chunks),
+                           group_lanes);
 }
 
 // ---- block_quant: one block of 256 threads per 128 x 128 tile; thread i holds chunk i % 16 of
