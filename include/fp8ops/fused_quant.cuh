@@ -274,7 +274,8 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, 
 // (c0 + k * W) * kAdj + i, i < kAdj, held in a[k * kAdj + i]; c0 is the lane's first) and stores
 // their codes and, from each group's first lane, the scales. Every lane of the warp calls it: a
 // group's amax is reduced over the group_lanes lanes that hold its units, for all k at once.
-// Unit indices are 32-bit (a row has fewer than 2^31 units); addresses are 64-bit.
+// Unit indices are 32-bit (a row of 2^32 chunks would not fit in a GPU's memory); addresses are
+// 64-bit.
 template <typename T, int kN, int kAdj = 1>
 __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN * kAdj],
                                                    RowKind kind, int64_t e, int64_t t, uint32_t c0, uint32_t W,
@@ -620,8 +621,8 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     }
   }
   const T* __restrict__ x = static_cast<const T*>(p.x);
-  // Row and chunk indices are 32-bit (prepare bounds rows times scale groups below 2^31); element
-  // offsets are 64-bit.
+  // Row indices are 32-bit (prepare bounds rows times scale groups below 2^31), and so are chunk
+  // indices (a row of 2^32 chunks would not fit in a GPU's memory); element offsets are 64-bit.
   const uint32_t rows = static_cast<uint32_t>(total), n_units = static_cast<uint32_t>(chunks / kAdj);
   // Row v of the slots' sequence: its expert, token and kind.
   auto locate = [&](uint32_t v, uint32_t& e, uint32_t& t) -> RowKind {
