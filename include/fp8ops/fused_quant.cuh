@@ -349,7 +349,7 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
       }
       if (first_lane) {
         const uint32_t s = c >> group_log2;  // c / group_lanes, a power of two
-        int32_t* const word = s_row + (kPacked ? s >> 2 : s) * o.s_stride_s;
+        int32_t* const word = s_row + scale_group_offset(o, s, kPacked);
         if constexpr (!kPacked) {
           *reinterpret_cast<float*>(word) = data ? scale : 0.0f;
         } else {

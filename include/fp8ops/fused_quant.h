@@ -108,11 +108,15 @@ FP8OPS_HD int64_t masked_pad_word_offset(const SiluMulQuantParams& p, int64_t i)
 }
 
 // Word offset of row (e, t)'s scales, and of its scale group s from there (for packed scales,
-// the word that holds the group's byte).
+// the word that holds the group's byte; `packed` is o.packed, which a kernel may know at compile
+// time).
 FP8OPS_HD int64_t row_scale_base(const RowQuantOut& o, int64_t e, int64_t t) {
   return e * o.s_stride_e + t * o.s_stride_t;
 }
-FP8OPS_HD int64_t scale_group_offset(const RowQuantOut& o, int64_t s) { return (o.packed ? s >> 2 : s) * o.s_stride_s; }
+FP8OPS_HD int64_t scale_group_offset(const RowQuantOut& o, int64_t s, bool packed) {
+  return (packed ? s >> 2 : s) * o.s_stride_s;
+}
+FP8OPS_HD int64_t scale_group_offset(const RowQuantOut& o, int64_t s) { return scale_group_offset(o, s, o.packed); }
 
 // Word offset of scale group s of row (e, t).
 FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int64_t s) {
