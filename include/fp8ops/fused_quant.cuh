@@ -286,16 +286,19 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   bool nonfinite[kN];
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
+    // The magnitudes of every unit, then those outside the row's data dropped by a select (a
+    // unit's chunks need not hold values there).
     const bool in = data && c0 + k * W < units;
     uint32_t m = 0u;
     bool nf = false;
 #pragma unroll
     for (int i = 0; i < kAdj; ++i) {
-      bool nfi = false;
-      m = max(m, in ? raw_magnitude_bits<T>(a[k * kAdj + i], nfi) : 0u);
+      bool nfi;
+      m = max(m, raw_magnitude_bits<T>(a[k * kAdj + i], nfi));
       nf = nf || nfi;
     }
     nonfinite[k] = in && nf;
+    m = in ? m : 0u;
     if (nonfinite[k]) {
       amax[k] = raw_finite_amax<T>(a[k * kAdj]);
 #pragma unroll
@@ -318,21 +321,23 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   const uint32_t group_log2 = __ffs(static_cast<int>(group_lanes)) - 1;
   uint8_t* const q_row = o.q + (e * o.q_rows + t) * o.D;
   int32_t* const s_row = static_cast<int32_t*>(o.scale) + row_scale_base(o, e, t);
-  // The scale kind (fp32, UE8M0 fp32, packed UE8M0) is the same for the whole grid: each has its
-  // own copy of the loop, so that no unit tests it.
-  auto store_units = [&](auto ue8m0_tag, auto packed_tag) {
+  // The scale kind (fp32, UE8M0 fp32, packed UE8M0) is the same for the whole grid, and whether
+  // the row holds data the same for all of the lane's units: each case has its own copy of the
+  // loop, so that no unit tests them.
+  auto store_units = [&](auto ue8m0_tag, auto packed_tag, auto data_tag) {
     constexpr bool kUe8m0 = decltype(ue8m0_tag)::value, kPacked = decltype(packed_tag)::value;
+    constexpr bool kData = decltype(data_tag)::value;
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       const uint32_t c = c0 + k * W;
       if (c >= units) break;
-      const float scale = group_scale(amax[k], o.eps, kUe8m0);
-      if (codes_out) {
+      const float scale = kData ? group_scale(amax[k], o.eps, kUe8m0) : 0.0f;
+      if (kData || codes_out) {
         uint2 codes[kAdj];
 #pragma unroll
         for (int i = 0; i < kAdj; ++i) codes[i] = make_uint2(0u, 0u);
-        if (data) {
-          const float r = kUe8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale);
+        if constexpr (kData) {
+          const float r = group_reciprocal(scale, kUe8m0);
 #pragma unroll
           for (int i = 0; i < kAdj; ++i) {
             float v[kChunkElems];
@@ -351,11 +356,11 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
         const uint32_t s = c >> group_log2;  // c / group_lanes, a power of two
         int32_t* const word = s_row + scale_group_offset(o, s, kPacked);
         if constexpr (!kPacked) {
-          *reinterpret_cast<float*>(word) = data ? scale : 0.0f;
+          *reinterpret_cast<float*>(word) = scale;
         } else {
           // The group's byte; the last group of a row also zeroes the bytes after it in its word.
           uint8_t* bytes = reinterpret_cast<uint8_t*>(word);
-          const uint32_t b = data ? ue8m0_exponent_of_power(scale) : 0u;
+          const uint32_t b = kData ? ue8m0_exponent_of_power(scale) : 0u;
           const uint32_t j = s & 3;
           if (s != static_cast<uint32_t>(o.S - 1) || j == 3) {
             bytes[j] = static_cast<uint8_t>(b);
@@ -373,12 +378,18 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   };
   using Yes = std::true_type;
   using No = std::false_type;
-  if (o.packed) {
-    store_units(Yes{}, Yes{});
+  if (!data) {  // zero codes (none in a scale padding row) and zero scales
+    if (o.packed) {
+      store_units(No{}, Yes{}, No{});
+    } else {
+      store_units(No{}, No{}, No{});
+    }
+  } else if (o.packed) {
+    store_units(Yes{}, Yes{}, Yes{});
   } else if (o.ue8m0) {
-    store_units(Yes{}, No{});
+    store_units(Yes{}, No{}, Yes{});
   } else {
-    store_units(No{}, No{});
+    store_units(No{}, No{}, Yes{});
   }
 }
 
@@ -686,7 +697,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     RawChunk<T> gnext[kPassChunks], unext[kPassChunks];
     load_pass(ne, nt, next_kind, lane + (next_pass << pass_log2), gnext, unext);
     const uint32_t c0 = lane + (pass << pass_log2);
-    RawChunk<T> a[kPassChunks];
+    RawChunk<T> a[kPassChunks] = {};  // a lane without a live chunk leaves them zeros
     bool live[kPassChunks];
 #pragma unroll
     for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
@@ -719,7 +730,7 @@ __global__ void __launch_bounds__(kSiluSliceMaxChunks)
   const bool live[1] = {kind == RowKind::kData && c < end};
   const RawChunk<T> u[1] = {load_raw8<T, kVec>(gate + p.H + c * kChunkElems, live[0])};
   const RawChunk<T> g[1] = {load_raw8<T, kVec>(gate + c * kChunkElems, live[0])};
-  RawChunk<T> a[1];
+  RawChunk<T> a[1] = {};
   silu_mul_chunks<T, 1>(g, u, live, a);
   quant_store_chunks<T, 1>(p.out, a, kind, 0, t, static_cast<uint32_t>(c), width, static_cast<uint32_t>(end),
                            group_lanes);
@@ -1011,7 +1022,7 @@ __global__ void __launch_bounds__(kRowBlockThreads) block_quant_kernel(const Blo
 #pragma unroll
   for (int i = 0; i < kRowBlockThreads / 32; ++i) amax = fmaxf(amax, warp_amax[i]);
   const float scale = group_scale(amax, p.eps, p.ue8m0);
-  const float rcp = p.ue8m0 ? ue8m0_reciprocal(scale) : __frcp_rn(scale);
+  const float rcp = group_reciprocal(scale, p.ue8m0);
   const bool aligned_q = p.K % kChunkElems == 0;
 #pragma unroll
   for (int j = 0; j < kRowsPerThread; ++j) {

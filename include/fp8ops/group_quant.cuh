@@ -238,9 +238,13 @@ __global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGr
       const int cu = kSVec ? u : 0;
       // Rows below T_q always exist in q: data rows, then zero padding rows.
       if (!col_valid[cu] || !live[u] || (kMnVec && rm[u].t >= p.T_q)) continue;
-      // NOTES: a UE8M0 scale is a power of two, so its reciprocal is an exponent subtraction,
-      // equal to __frcp_rn's, without __frcp_rn's branch to a slow path.
-      const float rcp = p.ue8m0 ? ue8m0_reciprocal(scale[u]) : __frcp_rn(scale[u]);
+      // The one-wave kernel (small grids, bound by latency) takes the reciprocal with no branch.
+      // The unrolled kernels (large grids, bound by memory) keep __frcp_rn's fast path and its
+      // branch to a slow path never taken: without it their stores were scheduled otherwise and
+      // ran slower. A UE8M0 scale is a power of two: its reciprocal is an exponent subtraction.
+      const float rcp = kUnroll == 1 ? group_reciprocal(scale[u], p.ue8m0)
+                        : p.ue8m0    ? ue8m0_reciprocal(scale[u])
+                                     : __frcp_rn(scale[u]);
       uint32_t codes[2][sizeof(T) == 4 ? 1 : 2];
       quantize16<T>(raw[u][0], rcp, codes[0]);
       quantize16<T>(raw[u][1], rcp, codes[1]);

@@ -237,6 +237,24 @@ __device__ __forceinline__ uint32_t e4m3x2_bits_device(float a, float b) {
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3));
 }
 
+// 1 / s correctly rounded, as __frcp_rn, for 2^-126 <= s < 2^126: the hardware reciprocal and one
+// Newton step, the compiler's own steps for __frcp_rn on the path it takes for such s (its check
+// is on s's exponent alone; it flushes the error term to zero if subnormal, which it never is:
+// s * r - 1 is 0 or a multiple of about 2^-47).
+__device__ __forceinline__ float rcp_rn_normal(float s) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(s));
+  return __fmaf_rn(r, -__fmaf_rn(s, r, -1.0f), r);
+}
+
+// 1 / scale for a group's scale, correctly rounded. The scale, max(amax, eps) * C with amax finite
+// and eps in [1e-30, FLT_MAX] (every op checks it, SPEC section 2), lies in [2^-109, 2^120):
+// rcp_rn_normal's range, with no branch to a slow path. A UE8M0 scale is a power of two:
+// ue8m0_reciprocal.
+__device__ __forceinline__ float group_reciprocal(float scale, bool ue8m0) {
+  return ue8m0 ? ue8m0_reciprocal(scale) : rcp_rn_normal(scale);
+}
+
 // g / d correctly rounded, as div_rn, while 2^-60 <= |g| <= 2^60 and 1 <= d <= 2^60: the
 // hardware reciprocal refined by one Newton step, the quotient, its exact remainder and one
 // correction, the steps of the compiler's own division on its fast path, taken when no step
