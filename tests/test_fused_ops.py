@@ -609,6 +609,32 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_fused_scales_of_every_exponent(dtype):
+    """The row kernels take an fp32 scale's reciprocal from the hardware reciprocal and one Newton
+    step (numerics.h's group_reciprocal), exact over the scales the eps bounds allow: held to the
+    CPU kernels (1 / scale) with group amaxes of every exponent the dtype holds, at both eps bounds.
+    silu_mul_quant: gate 20, up of group g within 2^k * [1, 2) for k = -149, ..., 127 (powers past
+    the dtype's range come out as zeros, subnormals or infs); rms_norm_quant: weight group g within
+    2^(2g - 126) * [1, 2)."""
+    k = torch.arange(-149, 128, dtype=torch.float64)
+    up = 2.0 ** k.repeat_interleave(128) * (1 + torch.rand(3, k.numel() * 128, dtype=torch.float64))
+    x = torch.cat([torch.full_like(up, 20.0), up * torch.where(torch.rand_like(up) < 0.5, -1.0, 1.0)], 1).to(dtype)
+    kw = torch.arange(-126, 130, 2, dtype=torch.float64).clamp(max=127)
+    w = (2.0 ** kw.repeat_interleave(128) * (1 + torch.rand(kw.numel() * 128, dtype=torch.float64))).to(dtype)
+    xr = make_input((5, w.numel()), dtype)
+    for layout, ue8m0, eps in itertools.product(("row", "col_tma", "col_tma_packed"), (False, True), (1e-30, 1e30)):
+        if layout == "col_tma_packed" and not ue8m0:
+            continue
+        cq, cs = fp8ops.silu_mul_quant(x, 128, layout, ue8m0, 4, eps)
+        q, s = fp8ops.silu_mul_quant(x.cuda(), 128, layout, ue8m0, 4, eps)
+        assert_same_quant(q, s, cq, cs, f"silu {dtype} {layout} ue8m0={ue8m0} eps={eps}")
+        cq, cs = fp8ops.rms_norm_quant(xr, w, 1e-6, None, 128, layout, ue8m0, 4, eps)
+        q, s = fp8ops.rms_norm_quant(xr.cuda(), w.cuda(), 1e-6, None, 128, layout, ue8m0, 4, eps)
+        assert_same_quant(q, s, cq, cs, f"rms {dtype} {layout} ue8m0={ue8m0} eps={eps}")
+
+
+@pytest.mark.gpu
 def test_cuda_rms_norm_quant_close_to_torch_route():
     x, r = torch.randn(2048, 7168, device="cuda").bfloat16(), torch.randn(2048, 7168, device="cuda").bfloat16()
     w = torch.randn(7168, device="cuda").bfloat16()
