@@ -28,6 +28,18 @@ def make_input(shape, dtype, device="cpu", nonfinite=False, zero_groups=True):
     return x.to(device)
 
 
+def every_exponent_input(dtype, groups=4):
+    """One row per power of two from 2^-149 to 2^127: each row's values lie within its power
+    times [-2, 2] (its amax at least the power itself), so the scales, UE8M0 ones included, run
+    over every exponent that the eps bounds allow. Powers below the dtype's range come out as
+    subnormals or zeros."""
+    k = torch.arange(-149, 128, dtype=torch.float64)
+    mag = 2.0 ** k[:, None] * (1 + torch.rand(k.numel(), 1, dtype=torch.float64) * 0.99)
+    x = (torch.rand(k.numel(), groups * 128, dtype=torch.float64) * 2 - 1) * mag
+    x[:, ::128] = mag * torch.where(torch.rand(k.numel(), 1) < 0.5, -1.0, 1.0).double()
+    return x.to(dtype)
+
+
 def strided_rows(x: torch.Tensor, pad: int = 64) -> torch.Tensor:
     """The same values as a row-strided view (row stride K + pad)."""
     *lead, K = x.shape

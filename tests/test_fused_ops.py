@@ -6,7 +6,15 @@ import itertools
 
 import pytest
 import torch
-from helpers import DTYPES, assert_same_bits, assert_same_quant, make_input, misaligned, strided_rows
+from helpers import (
+    DTYPES,
+    assert_same_bits,
+    assert_same_quant,
+    every_exponent_input,
+    make_input,
+    misaligned,
+    strided_rows,
+)
 
 import fp8ops
 from fp8ops import _layout, _native
@@ -614,12 +622,11 @@ def test_cuda_fused_scales_of_every_exponent(dtype):
     """The row kernels take an fp32 scale's reciprocal from the hardware reciprocal and one Newton
     step (numerics.h's group_reciprocal), exact over the scales the eps bounds allow: held to the
     CPU kernels (1 / scale) with group amaxes of every exponent the dtype holds, at both eps bounds.
-    silu_mul_quant: gate 20, up of group g within 2^k * [1, 2) for k = -149, ..., 127 (powers past
-    the dtype's range come out as zeros, subnormals or infs); rms_norm_quant: weight group g within
-    2^(2g - 126) * [1, 2)."""
-    k = torch.arange(-149, 128, dtype=torch.float64)
-    up = 2.0 ** k.repeat_interleave(128) * (1 + torch.rand(3, k.numel() * 128, dtype=torch.float64))
-    x = torch.cat([torch.full_like(up, 20.0), up * torch.where(torch.rand_like(up) < 0.5, -1.0, 1.0)], 1).to(dtype)
+    silu_mul_quant: gate 20, up rows of every power of two from 2^-149 to 2^127
+    (every_exponent_input; powers past the dtype's range come out as zeros, subnormals or infs);
+    rms_norm_quant: weight group g within 2^(2g - 126) * [1, 2)."""
+    up = every_exponent_input(dtype)
+    x = torch.cat([torch.full_like(up, 20.0), up], 1)
     kw = torch.arange(-126, 130, 2, dtype=torch.float64).clamp(max=127)
     w = (2.0 ** kw.repeat_interleave(128) * (1 + torch.rand(kw.numel() * 128, dtype=torch.float64))).to(dtype)
     xr = make_input((5, w.numel()), dtype)

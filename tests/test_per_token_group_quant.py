@@ -11,6 +11,7 @@ from helpers import (
     assert_same_bits,
     assert_same_quant,
     check_runs_on_current_stream,
+    every_exponent_input,
     make_input,
     misaligned,
     poisoned_call,
@@ -83,18 +84,6 @@ def test_small_groups(group_size, dtype):
     for layout, M in itertools.product(LAYOUTS, (1, 5, 17, 130)):
         x = make_input((M, 7 * 64), dtype)  # S odd for group 64: exercises packed tail bytes
         check_against_reference(x, group_size, layout, ue8m0=M % 2 == 1)
-
-
-def every_exponent_input(dtype, groups=4):
-    """One row per power of two from 2^-149 to 2^127: each row's values lie within its power
-    times [-2, 2] (its amax at least the power itself), so the scales, UE8M0 ones included, run
-    over every exponent that the eps bounds allow. Powers below the dtype's range come out as
-    subnormals or zeros."""
-    k = torch.arange(-149, 128, dtype=torch.float64)
-    mag = 2.0 ** k[:, None] * (1 + torch.rand(k.numel(), 1, dtype=torch.float64) * 0.99)
-    x = (torch.rand(k.numel(), groups * 128, dtype=torch.float64) * 2 - 1) * mag
-    x[:, ::128] = mag * torch.where(torch.rand(k.numel(), 1) < 0.5, -1.0, 1.0).double()
-    return x.to(dtype)
 
 
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
