@@ -97,6 +97,15 @@ FP8OPS_C_API int64_t fp8ops_rms_split_cluster(int64_t rows, int64_t chunks, int6
                                    static_cast<int>(sm_count));
 }
 
+// fused_quant_launch.h's rms_pipelined for `rows` row slots of `chunks` chunks, with
+// resident_blocks blocks of the pipelined kernel on the device: 1 where the row kernel is the
+// pipelined one.
+FP8OPS_C_API int64_t fp8ops_rms_pipelined(int64_t chunks, int64_t rows, int64_t elem_bytes, int64_t residual,
+                                          int64_t vec16, int64_t resident_blocks) {
+  return fp8ops::rms_pipelined(fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane), chunks, rows,
+                               static_cast<int>(elem_bytes), residual != 0, vec16 != 0, resident_blocks);
+}
+
 FP8OPS_C_API int64_t fp8ops_row_grid_blocks(int64_t rows, int64_t rows_per_block, int64_t resident_per_sm,
                                             int64_t sm_count) {
   return fp8ops::row_grid_blocks(rows, static_cast<uint32_t>(rows_per_block), static_cast<int>(resident_per_sm),

@@ -24,6 +24,8 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_silu_shape.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_rms_split_cluster.argtypes = [_I64, _I64, _I64]
     lib.fp8ops_rms_split_cluster.restype = _I64
+    lib.fp8ops_rms_pipelined.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64]
+    lib.fp8ops_rms_pipelined.restype = _I64
     lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
@@ -100,6 +102,13 @@ def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
     """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks,
     or 0 where the row kernel runs (include/fp8ops/fused_quant_launch.h)."""
     return _lib().fp8ops_rms_split_cluster(rows, chunks, sm_count)
+
+
+def rms_pipelined(chunks: int, rows: int, elem_bytes: int, residual: bool, vec16: bool, resident_blocks: int) -> bool:
+    """Whether rms_norm_quant's row kernel for `rows` row slots of `chunks` chunks is the pipelined
+    one, with `resident_blocks` of its blocks on the device at once
+    (include/fp8ops/fused_quant_launch.h)."""
+    return bool(_lib().fp8ops_rms_pipelined(chunks, rows, elem_bytes, int(residual), int(vec16), resident_blocks))
 
 
 def row_grid_blocks(rows: int, rows_per_block: int, resident_per_sm: int, sm_count: int) -> int:

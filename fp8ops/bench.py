@@ -318,7 +318,7 @@ def _rms_gemm(dg, w_q, w_s, route, x, r, w, out):
     dg.fp8_gemm_nt((q, s), (w_q, w_s), out)
 
 
-def bench_rms(ctx, Ms, Ds=(7168, 1536, 512)):
+def bench_rms(ctx, Ms, Ds=(7168, 4096, 1536, 512)):
     """rms_norm_quant (col_tma; with and without the residual add) against the eager and the
     compiled routes (add, F.rms_norm, fp8ops' quant), and the row layout for comparison."""
     copy, floor, dg = ctx["copy_TBps"], ctx["launch_floor_us"], ctx["dg"]
@@ -413,7 +413,7 @@ def gpu_main(args) -> dict:
         "group_major": (((1, 4096), (16,)), ((1, 8, 64, 512, 4096), (8, 16))),
         "indexer": ((1, 256, 2048, 16384), (1, 8, 64, 256, 512, 2048, 16384)),
         "silu": ((1, 16, 512, 4096, 16384), (1, 16, 128, 512, 1024, 2048, 4096, 8192, 16384)),
-        "rms": (((1, 16, 2048, 8192), (7168, 512)), ((1, 16, 128, 2048, 8192), (7168, 1536, 512))),
+        "rms": (((1, 16, 2048, 8192), (7168, 4096, 512)), ((1, 16, 128, 2048, 8192), (7168, 4096, 1536, 512))),
         "block": (((7168, 18432), (2048, 7168)), ((7168, 18432), (2048, 7168), (256, 2048, 7168))),
     }  # fmt: skip
     pick = {k: v[0] if q else v[1] for k, v in sizes.items()}

@@ -594,11 +594,14 @@ def test_cuda_silu_close_to_torch_unfused_route():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128))
-    # 2048: clusters of 4 blocks; 300 x 7168 and 700 x 1024: grids too large for the split kernel.
-    shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64))
-    # Both kernels run: the row kernel, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
+    # 2048: clusters of 4 blocks; 300 x 7168 and 700 x 1024: grids too large for the split kernel;
+    # 2200 x 4096: more than two waves of blocks even at 8 a multiprocessor, the pipelined row kernel
+    # for bf16 and fp16 (contiguous and strided rows; misaligned ones take the other).
+    shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64), (2200, 4096, 128))
+    # Every kernel runs: the row kernels, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}
+    assert [D for M, D, _ in shapes if _native.rms_pipelined(D // 8, M, 2, False, True, 8 * sms)] == [4096]
     for M, D, gs in shapes:
         x = make_input((M, D), dtype, device="cuda", nonfinite=M == 17)
         w = make_input((D,), dtype, device="cuda")

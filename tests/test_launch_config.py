@@ -283,9 +283,31 @@ def test_rms_split_cluster():
         assert split(1, chunks, 132) == (lanes // 32 if lanes >= 32 else 0), chunks
 
 
+def test_rms_pipelined():
+    """The pipelined row kernel takes 16-bit rows without a residual, loaded 16 bytes at a time, of
+    64 to 256 lanes of two chunks each, where the grid has more than two waves of blocks; every
+    other row takes the kernel of a block per row slot."""
+    resident = 4 * 132
+
+    def pipelined(chunks, rows, elem_bytes=2, residual=False, vec16=True):
+        return _native.rms_pipelined(chunks, rows, elem_bytes, residual, vec16, resident)
+
+    assert pipelined(512, 8192)  # D = 4096: 256 lanes of 2 chunks, a row a block
+    assert pipelined(256, 8192) and pipelined(128, 8192)  # D = 2048 and 1024: 128 and 64 lanes
+    assert pipelined(512, 2 * resident + 1) and not pipelined(512, 2 * resident)  # more than two waves
+    assert pipelined(128, 4 * (2 * resident) + 1) and not pipelined(128, 4 * (2 * resident))  # 4 rows a block
+    assert not pipelined(1024, 8192)  # D = 8192: 256 lanes of 4 chunks
+    assert not pipelined(896, 8192)  # D = 7168: 256 lanes, 3 or 4 chunks each
+    assert not pipelined(192, 8192)  # D = 1536: 64 lanes of 3
+    assert not pipelined(64, 1 << 16) and not pipelined(32, 1 << 16)  # D = 512 and 256: 32 and 16 lanes
+    assert not pipelined(512, 8192, residual=True) and not pipelined(512, 8192, elem_bytes=4)
+    assert not pipelined(512, 8192, vec16=False)
+    assert {c for c in range(4, 2049, 4) if pipelined(c, 1 << 20)} == {128, 256, 512}
+
+
 def test_row_grid_caps():
     assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # silu_mul_quant: at most the resident blocks
     assert _native.row_grid_blocks(100, 4, 2, 132) == 25
-    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # rms_norm_quant: no cap
+    assert _native.row_grid_blocks(100, 4, 0, 132) == 25  # the rms kernel of a block per row: no cap
     assert _native.row_grid_blocks(1 << 20, 4, 0, 132) == 1 << 18
     assert _native.row_grid_blocks(0, 1, 2, 132) == 1

@@ -796,6 +796,16 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(uint32_t bar) {
       : "memory");
 }
 
+// Asynchronous 16-byte copy from global to shared memory (zeros when !ok, src then unread), and
+// the groups of such copies: commit closes the thread's group, the wait leaves at most the last
+// group pending.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
 // y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs; both
 // rms_norm_quant kernels end with it.
 template <typename T>
@@ -811,10 +821,16 @@ __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const Ra
 // ---- rms_norm_quant: each row's r = T(x + residual) stays in registers between the sum of
 // squares and the quantization, so x, residual and weight are read once. The weight is loaded
 // with the row, before the sum, so that its latency hides behind the row's.
-template <typename T, bool kVec, int kMaxChunks, bool kResidual>
+// kPipe (fused_quant_launch.h's rms_pipelined): the grid holds the resident blocks only, and each
+// copies the thread's chunks of its next row into shared memory while it works on the current
+// row, so that the next row's loads are in flight meanwhile.
+template <typename T, bool kVec, int kMaxChunks, bool kResidual, bool kPipe = false>
 __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 ? (kResidual ? 3 : 4) : 1)
     rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2, const uint32_t prefetch_blocks) {
+  static_assert(!kPipe || (kVec && !kResidual), "a pipelined row is loaded 16 bytes at a time, with no residual");
   __shared__ float warp_sums[kRowBlockThreads / 32];
+  // kPipe: two stages of the threads' chunks of a row, chunk k of thread i at k * 256 + i.
+  __shared__ RawChunk<T> stages[kPipe ? 2 * kMaxChunks * kRowBlockThreads : 1];
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
@@ -836,25 +852,53 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
   }
   wait_for_prior_grid();
   allow_next_grid();
-  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < p.T_s;
-       v0 += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_block;
+  // kPipe: the copy of the thread's chunks of row slot v + slot into stage s (zeros for a row
+  // without data), as one group of asynchronous copies.
+  auto stage_row = [&](int64_t v, uint32_t s) {
+    const int64_t tt = v + slot;
+    const T* const x_row = x + (tt < p.T ? tt : 0) * p.x_stride;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const uint32_t c = lane + k * W;
+      const bool ok = tt < p.T && c < chunks;
+      const uint4* src = reinterpret_cast<const uint4*>(x_row + (ok ? static_cast<uint64_t>(c) * kChunkElems : 0));
+      RawChunk<T>& dst = stages[(s * kMaxChunks + k) * kRowBlockThreads + threadIdx.x];
+#pragma unroll
+      for (int i = 0; i < RawChunk<T>::kWords; ++i) cp_async16(&dst.w[i], src + i, ok);
+    }
+    cp_async_commit();
+  };
+  uint32_t stage = 0;
+  if constexpr (kPipe) stage_row(static_cast<int64_t>(blockIdx.x) * rows_per_block, 0);
+  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < p.T_s; v0 += row_step) {
     const int64_t t = v0 + slot;
     const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
     const bool data = kind == RowKind::kData;
     // Every load of the row first (x, the residual and the weight), then r = T(x + residual) kept
-    // raw.
+    // raw. kPipe: the next row's copy starts, then this row's (started a row earlier) is read.
     RawChunk<T> r[kMaxChunks], w[kMaxChunks];
     float acc = 0.0f;
     {
       const T* const x_row = x + t * p.x_stride;
       T* const res_row = kResidual ? res + t * p.r_stride : nullptr;
       RawChunk<T> rres[kResidual ? kMaxChunks : 1];
+      if constexpr (kPipe) {
+        stage_row(v0 + row_step, stage ^ 1u);
+        cp_async_wait_all_but_last();
 #pragma unroll
-      for (int k = 0; k < kMaxChunks; ++k) {
-        const uint32_t c = lane + k * W;
-        const bool load = data && c < chunks;
-        r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, load);
-        if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, load);
+        for (int k = 0; k < kMaxChunks; ++k) r[k] = stages[(stage * kMaxChunks + k) * kRowBlockThreads + threadIdx.x];
+        stage ^= 1u;
+      } else {
+#pragma unroll
+        for (int k = 0; k < kMaxChunks; ++k) {
+          const uint32_t c = lane + k * W;
+          const bool load = data && c < chunks;
+          r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, load);
+          if constexpr (kResidual) {
+            rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, load);
+          }
+        }
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
@@ -1106,17 +1150,33 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
              : launch_silu_mul_quant_shape<T, false, false>(p, s, sm_count, stream, pdl);
 }
 
+// A row kernel's launch: the pipelined kernels' grid is their resident blocks, the others have a
+// block per row slot.
+template <auto kKernel>
+cudaError_t launch_rms_row(const RmsNormQuantParams& p, const RowShape& s, bool pipe, int sm_count, cudaStream_t stream,
+                           bool pdl) {
+  const int per_sm = pipe ? resident_blocks_per_sm<kKernel>(kRowBlockThreads) : 0;
+  const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, per_sm, sm_count);
+  const uint32_t first_wave = first_wave_blocks<kKernel>(kRowBlockThreads, sm_count);
+  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+  return launch_kernel(kKernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);
+}
+
 template <typename T, bool kVec, bool kResidual>
 cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowShape& s, int sm_count,
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
-  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
-#define FP8OPS_RMS_LAUNCH(C)                                                                                    \
-  {                                                                                                             \
-    constexpr auto kernel = rms_norm_quant_kernel<T, kVec, (C > 8 ? 8 : C), kResidual>;                         \
-    const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, 0, sm_count);                              \
-    const uint32_t first_wave = first_wave_blocks<kernel>(kRowBlockThreads, sm_count);                          \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave); \
+#define FP8OPS_RMS_LAUNCH(C)                                                                                         \
+  {                                                                                                                  \
+    constexpr int kC = C > 8 ? 8 : C;                                                                                \
+    if constexpr (kVec && !kResidual && sizeof(T) == 2 && kC == 2) {                                                 \
+      constexpr auto kPiped = rms_norm_quant_kernel<T, kVec, kC, kResidual, true>;                                   \
+      const int64_t resident = int64_t(resident_blocks_per_sm<kPiped>(kRowBlockThreads)) * sm_count;                 \
+      if (rms_pipelined(s, p.out.D / kChunkElems, p.T_s, sizeof(T), kResidual, kVec, resident)) {                    \
+        return launch_rms_row<kPiped>(p, s, true, sm_count, stream, pdl);                                            \
+      }                                                                                                              \
+    }                                                                                                                \
+    return launch_rms_row<rms_norm_quant_kernel<T, kVec, kC, kResidual, false>>(p, s, false, sm_count, stream, pdl); \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
 #undef FP8OPS_RMS_LAUNCH

@@ -36,6 +36,21 @@ inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count)
   return rows * cluster <= kRmsSplitBlocksPerSm * sm_count ? cluster : 0;
 }
 
+// Whether rms_norm_quant's row kernel is pipelined (fused_quant.cuh says how), for `rows` row
+// slots of `chunks` chunks, where resident_blocks blocks of the pipelined kernel fit on the device
+// at once: rows of 16-bit elements with no residual, loaded 16 bytes at a time, of 64 to 256 lanes
+// of two chunks each (D = 1024, 2048 and 4096 with 8-element chunks), and more than two waves of
+// blocks, so that blocks work through three rows or more. Those ran faster pipelined; rows that
+// leave some lanes a chunk short (D = 1536, 7168), of 32 lanes or fewer (D = 512), or of fewer
+// waves ran slower or no faster, and rows of four chunks a lane (D = 8192) were not measured. A
+// residual row moves more than twice the bytes and keeps the loads busy as it is.
+inline bool rms_pipelined(const RowShape& s, int64_t chunks, int64_t rows, int elem_bytes, bool residual, bool vec16,
+                          int64_t resident_blocks) {
+  const int64_t blocks = (rows + s.rows_per_block - 1) / s.rows_per_block;
+  return elem_bytes == 2 && !residual && vec16 && s.chunks_per_lane == 2 && s.lanes >= 64 &&
+         int64_t(s.lanes) * 2 == chunks && blocks > 2 * resident_blocks;
+}
+
 // silu_mul_quant's lanes: each holds units of `adjacent` neighbouring chunks (1 or 2), and the
 // units of a row are shared out as row_shape says. Two chunks per unit share the unit's group
 // amax shuffles, scale and addressing, which pays where the kernel is bound by instruction issue:
