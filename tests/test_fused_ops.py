@@ -594,14 +594,11 @@ def test_cuda_silu_close_to_torch_unfused_route():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128))
-    # 2048: clusters of 4 blocks; 300 x 7168 and 700 x 1024: grids too large for the split kernel;
-    # 2200 x 4096: more than two waves of blocks even at 8 a multiprocessor, the pipelined row kernel
-    # for bf16 and fp16 (contiguous and strided rows; misaligned ones take the other).
-    shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64), (2200, 4096, 128))
-    # Every kernel runs: the row kernels, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
+    # 2048: clusters of 4 blocks; 300 x 7168 and 700 x 1024: grids too large for the split kernel.
+    shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64))
+    # Both kernels run: the row kernel, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}
-    assert [D for M, D, _ in shapes if _native.rms_pipelined(D // 8, M, 2, False, True, 8 * sms)] == [4096]
     for M, D, gs in shapes:
         x = make_input((M, D), dtype, device="cuda", nonfinite=M == 17)
         w = make_input((D,), dtype, device="cuda")
@@ -617,6 +614,27 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
             assert_same_quant(q, s, cq, cs, f"M={M} D={D} {dtype} {layout} residual={with_res}")
             if with_res:
                 assert_same_bits(r.cpu(), r_cpu, "residual")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_cuda_rms_norm_quant_pipelined_bit_identical_to_cpu(dtype, pdl):
+    """The pipelined row kernel (fused_quant_launch.h's rms_pipelined: here D = 4096 without the
+    residual, more than two waves of blocks even at 8 a multiprocessor) against the CPU kernel,
+    every layout, contiguous and strided rows, with padding rows and non-finite values."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    M, D = 2201, 4096
+    assert _native.rms_pipelined(D // 8, _layout.align(M, 4), 2, False, True, 8 * sms)
+    x = make_input((M, D), dtype, device="cuda", nonfinite=True)
+    w = make_input((D,), dtype, device="cuda")
+    for layout, layout_of in itertools.product(LAYOUTS, (lambda t: t, strided_rows)):
+        xx, ue8m0 = layout_of(x), layout == "col_tma_packed"
+        cq, cs = fp8ops.rms_norm_quant(xx.cpu(), w.cpu(), 1e-6, None, 128, layout, ue8m0, 4)
+        q, s = call_over_poison(
+            lambda: fp8ops.rms_norm_quant(xx, w, 1e-6, None, 128, layout, ue8m0, 4),  # noqa: B023
+            (cq, cs),
+        )
+        assert_same_quant(q, s, cq, cs, f"{dtype} {layout}")
 
 
 @pytest.mark.gpu
