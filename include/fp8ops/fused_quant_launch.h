@@ -37,13 +37,9 @@ inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count)
 }
 
 // Whether rms_norm_quant's row kernel is pipelined (fused_quant.cuh says how), for `rows` row
-// slots of `chunks` chunks, where resident_blocks blocks of the pipelined kernel fit on the device
-// at once: rows of 16-bit elements with no residual, loaded 16 bytes at a time, of 64 to 256 lanes
-// of two chunks each (D = 1024, 2048 and 4096 with 8-element chunks), and more than two waves of
-// blocks, so that blocks work through three rows or more. Those ran faster pipelined; rows that
-// leave some lanes a chunk short (D = 1536, 7168), of 32 lanes or fewer (D = 512), or of fewer
-// waves ran slower or no faster, and rows of four chunks a lane (D = 8192) were not measured. A
-// residual row moves more than twice the bytes and keeps the loads busy as it is.
+// slots of `chunks` chunks, resident_blocks blocks of the pipelined kernel fitting at once: 16-bit
+// rows without a residual, loaded 16 bytes at a time, of 64 to 256 lanes of two chunks (D = 1024,
+// 2048, 4096), in more than two waves of blocks. Only those ran faster pipelined (DESIGN.md).
 inline bool rms_pipelined(const RowShape& s, int64_t chunks, int64_t rows, int elem_bytes, bool residual, bool vec16,
                           int64_t resident_blocks) {
   const int64_t blocks = (rows + s.rows_per_block - 1) / s.rows_per_block;
