@@ -97,8 +97,8 @@ inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_
 
 // Blocks of the grid that strides over rows: enough for every row, at most
 // blocks_per_sm * sm_count (0: no cap, one block per row slot). silu_mul_quant caps it at the
-// resident blocks (in masked mode the valid rows are known on the device only); rms_norm_quant
-// does not.
+// resident blocks (in masked mode the valid rows are known on the device only), and so does
+// rms_norm_quant's pipelined kernel; its other row kernel does not.
 inline uint32_t row_grid_blocks(int64_t rows, uint32_t rows_per_block, int blocks_per_sm, int sm_count) {
   const int64_t needed = (rows + rows_per_block - 1) / rows_per_block;
   const int64_t resident = int64_t(blocks_per_sm) * sm_count;
