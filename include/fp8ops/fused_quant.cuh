@@ -1150,13 +1150,12 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
              : launch_silu_mul_quant_shape<T, false, false>(p, s, sm_count, stream, pdl);
 }
 
-// A row kernel's launch: the pipelined kernels' grid is their resident blocks, the others have a
-// block per row slot.
+// A row kernel's launch, its grid capped at blocks_per_sm blocks a multiprocessor (the pipelined
+// kernels' resident blocks; 0 for the others: a block per row slot).
 template <auto kKernel>
-cudaError_t launch_rms_row(const RmsNormQuantParams& p, const RowShape& s, bool pipe, int sm_count, cudaStream_t stream,
-                           bool pdl) {
-  const int per_sm = pipe ? resident_blocks_per_sm<kKernel>(kRowBlockThreads) : 0;
-  const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, per_sm, sm_count);
+cudaError_t launch_rms_row(const RmsNormQuantParams& p, const RowShape& s, int blocks_per_sm, int sm_count,
+                           cudaStream_t stream, bool pdl) {
+  const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, blocks_per_sm, sm_count);
   const uint32_t first_wave = first_wave_blocks<kKernel>(kRowBlockThreads, sm_count);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   return launch_kernel(kKernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);
@@ -1166,17 +1165,17 @@ template <typename T, bool kVec, bool kResidual>
 cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowShape& s, int sm_count,
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
-#define FP8OPS_RMS_LAUNCH(C)                                                                                         \
-  {                                                                                                                  \
-    constexpr int kC = C > 8 ? 8 : C;                                                                                \
-    if constexpr (kVec && !kResidual && sizeof(T) == 2 && kC == 2) {                                                 \
-      constexpr auto kPiped = rms_norm_quant_kernel<T, kVec, kC, kResidual, true>;                                   \
-      const int64_t resident = int64_t(resident_blocks_per_sm<kPiped>(kRowBlockThreads)) * sm_count;                 \
-      if (rms_pipelined(s, p.out.D / kChunkElems, p.T_s, sizeof(T), kResidual, kVec, resident)) {                    \
-        return launch_rms_row<kPiped>(p, s, true, sm_count, stream, pdl);                                            \
-      }                                                                                                              \
-    }                                                                                                                \
-    return launch_rms_row<rms_norm_quant_kernel<T, kVec, kC, kResidual, false>>(p, s, false, sm_count, stream, pdl); \
+#define FP8OPS_RMS_LAUNCH(C)                                                                                        \
+  {                                                                                                                 \
+    constexpr int kC = C > 8 ? 8 : C;                                                                               \
+    if constexpr (kVec && !kResidual && sizeof(T) == 2 && kC == 2) {                                                \
+      constexpr auto kPiped = rms_norm_quant_kernel<T, kVec, kC, kResidual, true>;                                  \
+      const int per_sm = resident_blocks_per_sm<kPiped>(kRowBlockThreads);                                          \
+      if (rms_pipelined(s, p.out.D / kChunkElems, p.T_s, sizeof(T), kResidual, kVec, int64_t(per_sm) * sm_count)) { \
+        return launch_rms_row<kPiped>(p, s, per_sm, sm_count, stream, pdl);                                         \
+      }                                                                                                             \
+    }                                                                                                               \
+    return launch_rms_row<rms_norm_quant_kernel<T, kVec, kC, kResidual, false>>(p, s, 0, sm_count, stream, pdl);    \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
 #undef FP8OPS_RMS_LAUNCH
