@@ -46,13 +46,18 @@ def main() -> int:
         read_back(*fp8ops.rms_norm_quant(rand(M, 2048, dtype=dtype), rand(2048, dtype=dtype), 1e-6, None, gs, layout))
         calls += 5
     for dtype, layout in itertools.product(DTYPES, LAYOUTS):
-        # 90 rows of 6144: lanes of two adjacent chunks (bf16, fp16), two passes per row.
+        # 90 rows of 6144: lanes of two adjacent chunks (bf16, fp16), two passes per row; for bf16
+        # the SiLU table.
         read_back(*fp8ops.silu_mul_quant(rand(90, 2 * 6144, dtype=dtype), 64, layout, pad_rows_to=4))
         # rms_norm_quant's split kernel in clusters of 8 blocks (7168) and of 1 (512).
         read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6,
                                          rand(3, 7168, dtype=dtype), 128, layout))  # fmt: skip
         read_back(*fp8ops.rms_norm_quant(rand(5, 512, dtype=dtype), rand(512, dtype=dtype), 1e-6, None, 64, layout))
         calls += 3
+    for layout in LAYOUTS:
+        # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
+        read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))
+        calls += 1
     for dtype, layout in itertools.product((torch.bfloat16, torch.float16), ("row", "col_tma_packed")):
         # rms_norm_quant's pipelined row kernel: 2201 rows of 4096, more than two waves of blocks.
         x, w = rand(2201, 4096, dtype=dtype), rand(4096, dtype=dtype)

@@ -6,6 +6,7 @@
 #include "fp8ops/fused_quant_launch.h"
 #include "fp8ops/group_quant_launch.h"
 #include "fp8ops/indexer_launch.h"
+#include "fp8ops/silu_table.h"
 
 namespace fp8ops {
 namespace {
@@ -88,6 +89,24 @@ FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked
   out[2] = s.row.rows_per_block;
   out[3] = s.adjacent;
   out[4] = s.slices;
+}
+
+// fused_quant_launch.h's silu_table: 1 where silu_mul_quant looks the bf16 SiLU up in its table.
+FP8OPS_C_API int64_t fp8ops_silu_table_used(int64_t bf16, int64_t masked, int64_t rows, int64_t H) {
+  return fp8ops::silu_table(bf16 != 0, masked != 0, rows, H);
+}
+
+// fused_quant.h's bf16 SiLU table bounds: out[0] = kSiluTableLo, out[1] = kSiluTableHi.
+FP8OPS_C_API void fp8ops_silu_table_bounds(int64_t* out) {
+  out[0] = fp8ops::kSiluTableLo;
+  out[1] = fp8ops::kSiluTableHi;
+}
+
+// silu_table.h's entries, the table the bf16 kernels copy to shared memory: out[0 .. 2 * (hi - lo)).
+FP8OPS_C_API void fp8ops_silu_table(int64_t* out) {
+  static constexpr uint16_t kTable[] = {FP8OPS_SILU_TABLE_DATA};
+  static_assert(sizeof(kTable) / sizeof(kTable[0]) == 2 * (fp8ops::kSiluTableHi - fp8ops::kSiluTableLo));
+  for (size_t i = 0; i < sizeof(kTable) / sizeof(kTable[0]); ++i) out[i] = kTable[i];
 }
 
 // fused_quant_launch.h's rms_split_cluster for `rows` row slots of `chunks` chunks: the cluster

@@ -24,6 +24,10 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_silu_shape.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_rms_split_cluster.argtypes = [_I64, _I64, _I64]
     lib.fp8ops_rms_split_cluster.restype = _I64
+    lib.fp8ops_silu_table_bounds.argtypes = [_I64P]
+    lib.fp8ops_silu_table.argtypes = [_I64P]
+    lib.fp8ops_silu_table_used.argtypes = [_I64, _I64, _I64, _I64]
+    lib.fp8ops_silu_table_used.restype = _I64
     lib.fp8ops_rms_pipelined.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64]
     lib.fp8ops_rms_pipelined.restype = _I64
     lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
@@ -98,6 +102,28 @@ def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: boo
     return dict(zip(("lanes", "units_per_lane", "rows_per_block", "adjacent", "slices"), out, strict=True))
 
 
+def silu_table_bounds() -> tuple:
+    """The bf16 magnitudes lo <= |bits| < hi that silu_mul_quant's bf16 SiLU table covers
+    (include/fp8ops/fused_quant.h)."""
+    out = (_I64 * 2)()
+    _lib().fp8ops_silu_table_bounds(out)
+    return int(out[0]), int(out[1])
+
+
+def silu_table_used(bf16: bool, masked: bool, rows: int, H: int) -> bool:
+    """Whether silu_mul_quant looks the bf16 SiLU up in its table for `rows` data rows of H gate
+    values (include/fp8ops/fused_quant_launch.h)."""
+    return bool(_lib().fp8ops_silu_table_used(int(bf16), int(masked), rows, H))
+
+
+def silu_table() -> list:
+    """The entries of the bf16 SiLU table built into the library (include/fp8ops/silu_table.h)."""
+    lo, hi = silu_table_bounds()
+    out = (_I64 * (2 * (hi - lo)))()
+    _lib().fp8ops_silu_table(out)
+    return list(out)
+
+
 def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
     """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks,
     or 0 where the row kernel runs (include/fp8ops/fused_quant_launch.h)."""
@@ -135,20 +161,28 @@ def silu_fp32(x):
     return _map_fp32(_lib().fp8ops_silu_fp32, x)
 
 
-def silu_mul_cuda(gate, up, masked=False):
-    """silu_mul_quant's activation T(T(silu(gate)) * up) computed by the CUDA kernels' device code,
-    the flat kernels' or (masked) the masked kernel's (gate and up contiguous CUDA tensors of one
-    dtype, numel a multiple of 8), for the tests. A NaN comes back with any payload."""
+def silu_mul_cuda(gate, up, path="flat"):
+    """silu_mul_quant's activation T(T(silu(gate)) * up) computed by the CUDA kernels' device code
+    on one of their paths: "flat" (the flat kernels' SiLU), "masked" (the masked kernel's shortcut)
+    or "table" (bf16 only: the SiLU table of large flat grids). gate and up are contiguous CUDA
+    tensors of one dtype, numel a multiple of 8; for the tests. A NaN comes back with any payload."""
     import torch
 
     assert gate.is_cuda and gate.is_contiguous() and up.is_contiguous() and gate.shape == up.shape
     assert gate.dtype == up.dtype and gate.numel() % 8 == 0
+    assert path in ("flat", "masked") or (path == "table" and gate.dtype == torch.bfloat16)
     out = torch.empty_like(gate)
     code = {torch.bfloat16: 0, torch.float16: 1, torch.float32: 2}[gate.dtype]
     stream = torch.cuda.current_stream(gate.device).cuda_stream
     with torch.cuda.device(gate.device):
         err = _lib().fp8ops_silu_mul_cuda(
-            gate.data_ptr(), up.data_ptr(), out.data_ptr(), gate.numel(), code, int(masked), stream
+            gate.data_ptr(),
+            up.data_ptr(),
+            out.data_ptr(),
+            gate.numel(),
+            code,
+            ("flat", "masked", "table").index(path),
+            stream,
         )
     if err != 0:
         raise RuntimeError(f"fp8ops: silu_mul_cuda: CUDA error {err}")

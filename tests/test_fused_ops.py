@@ -74,6 +74,30 @@ def test_silu_fp32_error_on_bf16_gates_within_the_device_margin():
     assert rel.max() * 2**23 <= 1.16
 
 
+def test_silu_table_premise_on_every_bf16_gate():
+    """The bf16 SiLU table of the kernels (fused_quant.cuh, silu_table.h): T(silu(g)) = b + d(b)
+    with d(b) = T(silu(g)) - b stored for lo <= |b| < hi only, and |b| clamped up to lo below that:
+    every entry is silu_fp32's, and for every bf16 g with 2^-125 <= |g| < 128 (its domain) the
+    lookup gives the CPU reference."""
+    lo, hi = _native.silu_table_bounds()
+    b = torch.arange(1 << 16, dtype=torch.int32)
+    exact = _native.silu_fp32(b.to(torch.int16).view(torch.bfloat16).float()).to(torch.bfloat16)
+    exact = exact.view(torch.int16).int() & 0xFFFF
+    m, neg = b & 0x7FFF, b >> 15
+    domain = (m >= 0x100) & (m < hi)
+    # The library's table (silu_table.h) holds d for lo <= |b| < hi, positive then negative.
+    table = torch.tensor(_native.silu_table())
+    n = hi - lo
+    assert table.numel() == 2 * n
+    own = torch.cat([torch.arange(lo, hi), torch.arange(lo, hi) | 0x8000])
+    assert torch.equal(table, (exact[own] - own) & 0xFFFF)
+    got = (b + table[neg * n + m.clamp(min=lo, max=hi - 1) - lo]) & 0xFFFF
+    assert int(domain.sum()) == 2 * (hi - 0x100)
+    assert torch.equal(got[domain], exact[domain])
+    # Below the domain the clamp would be wrong: the kernel takes silu_fp32 there.
+    assert not torch.equal(got[(m >= 0x80) & (m < 0x100)], exact[(m >= 0x80) & (m < 0x100)])
+
+
 # ------------------------------------------------------------------------------- silu_mul_quant
 
 
@@ -476,6 +500,9 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # lane where the rows are not loaded 16 bytes at a time (and in fp32).
     shapes = (*shapes, (3, 33280, 128), (5, 8320, 32), (3, 6144, 64), (70, 2560, 128), (300, 6144, 64))
     shapes = (*shapes, (270, 9216, 128))
+    # bf16 grids of 2^18 gate values or more look SiLU up in a table: rows, and 40 rows of 8192 in
+    # slices (fused_quant_launch.h's silu_table).
+    shapes = (*shapes, (40, 16384, 128))
     # Every lane shape runs: a chunk per lane, two adjacent chunks (large or wide rows), slices.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     kinds = set()
@@ -489,6 +516,27 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
             cq, cs = fp8ops.silu_mul_quant(xx.cpu(), gs, layout, M % 2 == 1, 4)
             q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(xx, gs, layout, M % 2 == 1, 4), (cq, cs))  # noqa: B023
             assert_same_quant(q, s, cq, cs, f"M={M} H={H} {dtype} {layout}")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_cuda_silu_mul_quant_table_kernel_bit_identical_to_cpu(layout, pdl):
+    """Large flat bf16 grids look SiLU up in a table (fused_quant.cuh): rows of every magnitude (in
+    and out of the table's domain), rows of tiny gates (the clamp below it), a zero row, and rows
+    holding every bf16 pattern (the exact fallback, NaN and inf included), contiguous and strided,
+    bit for bit against the CPU reference."""
+    M, H = 8191, 1024
+    assert _native.silu_table_used(True, False, M, H)
+    x = make_input((M, 2 * H), torch.bfloat16)
+    x[2:6, :H] *= 2.0**-12
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    x[10 : 10 + (1 << 16) // H, :H] = every[torch.randperm(1 << 16)].view(-1, H)
+    x[80] = 0
+    x = x.cuda()
+    for xx in (x, strided_rows(x)):
+        cq, cs = fp8ops.silu_mul_quant(xx.cpu(), 128, layout, layout == "col", 4)
+        q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(xx, 128, layout, layout == "col", 4), (cq, cs))  # noqa: B023
+        assert_same_quant(q, s, cq, cs, f"{layout}")
 
 
 @pytest.mark.gpu
@@ -540,15 +588,17 @@ def assert_same_activation(got, want, what):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("masked", (False, True), ids=("flat", "masked"))
-@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_cuda_silu_activation_every_16bit_gate(dtype, masked):
+@pytest.mark.parametrize(
+    "dtype,path",
+    [(torch.bfloat16, p) for p in ("flat", "masked", "table")] + [(torch.float16, p) for p in ("flat", "masked")],
+)
+def test_cuda_silu_activation_every_16bit_gate(dtype, path):
     """The kernels' device activation T(T(silu(g)) * u) equals the CPU reference for every 16-bit
     gate: the fast path (for bf16 in the masked kernel, the shortcut with its exact values near
-    bf16's midpoints), its range edges and the exact fallback, in order (chunks of neighbouring
-    values) and shuffled (chunks that mix both paths), times 1 and times random up values. A gate
-    count that is not a multiple of the block leaves lanes past the end, which still take part in
-    the shortcut's votes."""
+    bf16's midpoints; in large flat grids, the table), its range edges and the exact fallback, in
+    order (chunks of neighbouring values) and shuffled (chunks that mix both paths), times 1 and
+    times random up values. A gate count that is not a multiple of the block leaves lanes past the
+    end, which still take part in the shortcut's votes."""
     g = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
     if dtype == torch.bfloat16:
         # Gates whose SiLU lies within the shortcut's margin (16 fp32 steps) of a midpoint of
@@ -563,19 +613,19 @@ def test_cuda_silu_activation_every_16bit_gate(dtype, masked):
             gg = gg[: 8 * 2083]
         for u in (torch.ones_like(gg), make_input((gg.numel(),), dtype)):
             want = ref.silu_mul(torch.cat([gg, u]).view(1, -1), _native.silu_fp32).view(-1)
-            got = _native.silu_mul_cuda(gg.cuda(), u.cuda(), masked).cpu()
-            assert_same_activation(got, want, f"{dtype} {order} masked={masked}")
+            got = _native.silu_mul_cuda(gg.cuda(), u.cuda(), path).cpu()
+            assert_same_activation(got, want, f"{dtype} {order} {path}")
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("masked", (False, True), ids=("flat", "masked"))
-def test_cuda_silu_activation_fp32_gates(masked):
+@pytest.mark.parametrize("path", ("flat", "masked"))
+def test_cuda_silu_activation_fp32_gates(path):
     edges = torch.tensor([2.0**-60, 2.0**-61, 40.0, 40.000004, -40.0, -40.000004, 0.0, -0.0, 1e-45, -88.8, 88.8])
     g = torch.cat([torch.randn(1 << 22) * 8, torch.randn(1 << 20) * 100, edges, torch.tensor([float("nan")] * 5)])
     g = g[: g.numel() // 8 * 8]
     u = torch.randn_like(g)
     want = ref.silu_mul(torch.cat([g, u]).view(1, -1), _native.silu_fp32).view(-1)
-    assert_same_activation(_native.silu_mul_cuda(g.cuda(), u.cuda(), masked).cpu(), want, "fp32")
+    assert_same_activation(_native.silu_mul_cuda(g.cuda(), u.cuda(), path).cpu(), want, "fp32")
 
 
 @pytest.mark.gpu

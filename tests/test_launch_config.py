@@ -269,6 +269,16 @@ def test_silu_shape_units_tile_rows_and_groups():
             assert lanes % g == 0 and 256 % lanes == 0 and s["rows_per_block"] * lanes == 256, (chunks, rows, s)
 
 
+def test_silu_table():
+    """silu_mul_quant looks the SiLU up in its table for flat bf16 inputs of 2^18 gate values or
+    more (rows * H), and never for fp16 or fp32 or in masked mode."""
+    used = _native.silu_table_used
+    assert used(True, False, 128, 2048) and not used(True, False, 127, 2048)
+    assert used(True, False, 1 << 16, 2048) and used(True, False, 16, 18432) and not used(True, False, 16, 7168)
+    assert used(True, False, 1, 1 << 18) and not used(True, False, 0, 1 << 20)
+    assert not used(False, False, 1 << 16, 2048) and not used(True, True, 1 << 16, 2048)
+
+
 def test_rms_split_cluster():
     """The split kernel takes rows of 32 lanes or more, a cluster of lanes / 32 blocks per row, on
     grids of at most 4 blocks per multiprocessor; the row kernel takes the others."""

@@ -134,15 +134,15 @@ void run_block_quant_cuda(const PreparedBlockQuant& prep) {
 }  // namespace fp8ops
 
 // silu_mul_quant's activation a = T(T(silu(g)) * u) on the device for n values (a multiple of 8)
-// of dtype 0 bf16, 1 fp16, 2 fp32, as the flat kernels (masked 0) or the masked kernel (masked 1)
-// compute it, on the given stream: the GPU tests hold both to the CPU reference over every 16-bit
-// gate. Returns the CUDA status.
-FP8OPS_C_API int fp8ops_silu_mul_cuda(const void* gate, const void* up, void* a, int64_t n, int64_t dtype,
-                                      int64_t masked, void* stream) {
+// of dtype 0 bf16, 1 fp16, 2 fp32, as a kernel's path computes it (path 0: the flat kernels' SiLU,
+// 1: the masked kernel's shortcut, 2: the bf16 table of large flat grids), on the given stream:
+// the GPU tests hold each to the CPU reference over every 16-bit gate. Returns the CUDA status.
+FP8OPS_C_API int fp8ops_silu_mul_cuda(const void* gate, const void* up, void* a, int64_t n, int64_t dtype, int64_t path,
+                                      void* stream) {
   using fp8ops::ScalarType;
   const ScalarType type = dtype == 0 ? ScalarType::BFloat16 : dtype == 1 ? ScalarType::Half : ScalarType::Float;
   return fp8ops::by_dtype(type, [&](auto t) {
-    return fp8ops::launch_silu_mul_values<typename decltype(t)::type>(gate, up, a, n, masked != 0,
+    return fp8ops::launch_silu_mul_values<typename decltype(t)::type>(gate, up, a, n, static_cast<int>(path),
                                                                       static_cast<cudaStream_t>(stream));
   });
 }

@@ -16,6 +16,7 @@
 #include "fp8ops/fused_quant_launch.h"
 #include "fp8ops/launch.cuh"
 #include "fp8ops/numerics.h"
+#include "fp8ops/silu_table.h"
 
 namespace fp8ops {
 
@@ -73,6 +74,22 @@ __device__ __forceinline__ uint4 load16_if(const uint4* src, bool ok) {
       : "l"(src), "r"(static_cast<int>(ok)));
   return r;
 }
+
+// The 32-bit shared-memory address of p.
+__device__ __forceinline__ uint32_t shared_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Asynchronous 16-byte copy from global to shared memory (zeros when !ok, src then unread), and
+// the groups of such copies: commit closes the thread's group; the waits leave at most the last
+// group pending, or none.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // The raw chunk at src (zeros when !ok): 16-byte loads when kVec, else element loads.
 template <typename T, bool kVec>
@@ -440,9 +457,29 @@ __device__ __forceinline__ void silu_chunk(const RawChunk<T>& graw, float (&s)[k
   for (int i = 0; i < kChunkElems; ++i) s[i] = kFast ? silu_fp32_in_range(g[i]) : silu_fp32(g[i]);
 }
 
-// a = T(T(s) * u) for a chunk. For bf16 and fp16 the product of two T values is one packed
-// multiply rounded to T: it is exact in fp32, so rounding it once to T is what T(float(s) *
+// a = T(s * u) for a chunk of s already in T (bf16 or fp16): one packed multiply rounded to T.
+// The product of two T values is exact in fp32, so rounding it once to T is what T(float(s) *
 // float(u)) gives.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> times_up_raw(const RawChunk<T>& sr, const RawChunk<T>& uraw) {
+  static_assert(sizeof(T) == 2, "bf16 or fp16");
+  const uint32_t sw[4] = {sr.w[0].x, sr.w[0].y, sr.w[0].z, sr.w[0].w};
+  const uint32_t uw[4] = {uraw.w[0].x, uraw.w[0].y, uraw.w[0].z, uraw.w[0].w};
+  uint32_t aw[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      aw[i] = bf162_bits(__hmul2_rn(bits_bf162(sw[i]), bits_bf162(uw[i])));
+    } else {
+      aw[i] = half2_bits(__hmul2_rn(bits_half2(sw[i]), bits_half2(uw[i])));
+    }
+  }
+  RawChunk<T> r;
+  r.w[0] = make_uint4(aw[0], aw[1], aw[2], aw[3]);
+  return r;
+}
+
+// a = T(T(s) * u) for a chunk of fp32 s.
 template <typename T>
 __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], const RawChunk<T>& uraw) {
   if constexpr (sizeof(T) == 4) {
@@ -452,22 +489,61 @@ __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], c
     for (int i = 0; i < kChunkElems; ++i) a[i] = mul_rn(s[i], u[i]);
     return floats_to_raw<T>(a);
   } else {
-    const RawChunk<T> sr = pack_round<T>(s);
-    const uint32_t sw[4] = {sr.w[0].x, sr.w[0].y, sr.w[0].z, sr.w[0].w};
-    const uint32_t uw[4] = {uraw.w[0].x, uraw.w[0].y, uraw.w[0].z, uraw.w[0].w};
-    uint32_t aw[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-        aw[i] = bf162_bits(__hmul2_rn(bits_bf162(sw[i]), bits_bf162(uw[i])));
-      } else {
-        aw[i] = half2_bits(__hmul2_rn(bits_half2(sw[i]), bits_half2(uw[i])));
-      }
-    }
-    RawChunk<T> r;
-    r.w[0] = make_uint4(aw[0], aw[1], aw[2], aw[3]);
-    return r;
+    return times_up_raw<T>(pack_round<T>(s), uraw);
   }
+}
+
+// ---- bf16 SiLU by table. T(silu(g)) depends on g's 16 bits b only. A bf16 kernel copies
+// d(b) = T(silu(g)) - b (mod 2^16) for kSiluTableLo <= |b| < kSiluTableHi (2^-9 <= |g| < 128;
+// silu_table.h, generated from silu_fp32) into shared memory. Below that range, down to 2^-125,
+// T(silu(g)) = g / 2 = b - 0x80, which is d(kSiluTableLo): the index is clamped up to it (a CPU
+// test holds this over every bf16 value). Chunks with a zero, a subnormal, |g| >= 128, an inf or
+// a NaN take silu_fp32.
+constexpr uint32_t kSiluTableSign = kSiluTableHi - kSiluTableLo;  // entries per sign, 0x800
+constexpr uint32_t kSiluTableEntries = 2 * kSiluTableSign;
+static_assert(kSiluTableSign == 0x800u, "the sign bit indexes the second half");
+
+static __device__ __align__(16) const uint16_t silu_table_data[kSiluTableEntries] = {FP8OPS_SILU_TABLE_DATA};
+
+// The block's copy of the table into `table` (16-byte aligned shared memory), as one group of
+// asynchronous copies; cp_async_wait_all and a barrier before the first lookup.
+__device__ __forceinline__ void load_silu_table(uint16_t* table) {
+  constexpr uint32_t kCopies = kSiluTableEntries * sizeof(uint16_t) / 16;
+  for (uint32_t i = threadIdx.x; i < kCopies; i += blockDim.x) cp_async16(table + 8 * i, silu_table_data + 8 * i, true);
+  cp_async_commit();
+}
+
+// Whether every value of a bf16 chunk has 2^-125 <= |g| < 128 (where g / 2 is still normal).
+__device__ __forceinline__ bool silu_table_range(const RawChunk<__nv_bfloat16>& r) {
+  const uint4 w = r.w[0];
+  const uint32_t m[4] = {w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu, w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu};
+  const uint32_t hi = __vmaxu2(__vmaxu2(m[0], m[1]), __vmaxu2(m[2], m[3]));
+  const uint32_t lo = __vminu2(__vminu2(m[0], m[1]), __vminu2(m[2], m[3]));
+  return max(hi & 0xFFFFu, hi >> 16) < kSiluTableHi && min(lo & 0xFFFFu, lo >> 16) >= 0x100u;
+}
+
+// T(silu(g)) for a chunk of bf16 values in silu_table_range, two values a word: the table offsets
+// of both at once (magnitude clamped up to kSiluTableLo, then the sign bit as entry 0x800), then
+// each value plus its d, carries kept inside its half.
+__device__ __forceinline__ RawChunk<__nv_bfloat16> silu_table_chunk(const uint16_t* table,
+                                                                    const RawChunk<__nv_bfloat16>& g) {
+  constexpr uint32_t kLo2 = kSiluTableLo * 0x10001u;
+  const uint32_t gw[4] = {g.w[0].x, g.w[0].y, g.w[0].z, g.w[0].w};
+  uint32_t sw[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t w = gw[i];
+    // Byte offsets (twice the index) of both entries.
+    const uint32_t off = ((__vmaxu2(w & 0x7FFF7FFFu, kLo2) - kLo2) << 1) | ((w >> 3) & 0x10001000u);
+    const char* const base = reinterpret_cast<const char*>(table);
+    const uint32_t d_lo = *reinterpret_cast<const uint16_t*>(base + (off & 0xFFFFu));
+    const uint32_t d_hi = *reinterpret_cast<const uint16_t*>(base + (off >> 16));
+    const uint32_t lo = w + d_lo, hi = w + (d_hi << 16);
+    sw[i] = (lo & 0xFFFFu) | (hi & 0xFFFF0000u);
+  }
+  RawChunk<__nv_bfloat16> r;
+  r.w[0] = make_uint4(sw[0], sw[1], sw[2], sw[3]);
+  return r;
 }
 
 // a = T(T(silu(g)) * u) for the chunks k with live[k] (the others are not meaningful): SiLU on
@@ -480,9 +556,26 @@ __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], c
 // by warp vote per value slot, so every lane of the warp calls it. The masked kernel takes it: its
 // few valid rows per expert wait on each row's chain of steps. (For fp16, with eight times the
 // values near a midpoint and a subnormal range to check, it was slower.)
-template <typename T, int kN, bool kShortcut = false>
+// kTable (bf16, the table in shared memory): SiLU by silu_table_chunk when every live chunk is in
+// the table's domain, else as above.
+template <typename T, int kN, bool kShortcut = false, bool kTable = false>
 __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], const RawChunk<T> (&uraw)[kN],
-                                                const bool (&live)[kN], RawChunk<T> (&a)[kN]) {
+                                                const bool (&live)[kN], RawChunk<T> (&a)[kN],
+                                                const uint16_t* table = nullptr) {
+  if constexpr (kTable) {
+    static_assert(std::is_same_v<T, __nv_bfloat16>, "the SiLU table is bf16's");
+    bool any = false, in = true;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) {
+      any = any || live[k];
+      in = in && (!live[k] || silu_table_range(graw[k]));
+    }
+    if (any && in) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) a[k] = times_up_raw<T>(silu_table_chunk(table, graw[k]), uraw[k]);
+      return;
+    }
+  }
   bool any = false, fast = true;
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
@@ -532,31 +625,42 @@ __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], c
 }
 
 // The activation alone, chunk by chunk (n / 8 threads), for the tests: silu_mul_quant's steps up
-// to the quantization (the flat kernels', or with kShortcut the masked kernel's), written out raw
-// (a NaN of any payload). Every lane stays to the end: the shortcut votes across the warp.
-template <typename T, bool kShortcut>
+// to the quantization, on the path a kernel takes (kPath: 0 the flat kernels' SiLU, 1 the masked
+// kernel's shortcut, 2 the bf16 table of large flat grids), written out raw (a NaN of any payload).
+// Every lane stays to the end: the shortcut votes across the warp.
+template <typename T, int kPath>
 __global__ void silu_mul_values_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ a,
                                        int64_t chunks) {
+  __shared__ __align__(16) uint16_t table[kPath == 2 ? kSiluTableEntries : 1];
+  if constexpr (kPath == 2) {
+    load_silu_table(table);
+    cp_async_wait_all();
+    __syncthreads();
+  }
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const bool live[1] = {c < chunks};
   const RawChunk<T> g[1] = {load_raw8<T, false>(gate + c * kChunkElems, live[0])};
   const RawChunk<T> u[1] = {load_raw8<T, false>(up + c * kChunkElems, live[0])};
   RawChunk<T> r[1];
-  silu_mul_chunks<T, 1, kShortcut>(g, u, live, r);
+  silu_mul_chunks<T, 1, kPath == 1, kPath == 2>(g, u, live, r, table);
   if (live[0]) store_raw8<T, false>(a + c * kChunkElems, r[0]);
 }
 
 template <typename T>
-cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, int64_t n, bool masked,
+cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, int64_t n, int path,
                                    cudaStream_t stream) {
   const int64_t chunks = n / kChunkElems;
+  if (path < 0 || path > 2 || (path == 2 && !std::is_same_v<T, __nv_bfloat16>)) return cudaErrorInvalidValue;
   if (chunks == 0) return cudaSuccess;
   const uint32_t blocks = static_cast<uint32_t>((chunks + 255) / 256);
   const T *g = static_cast<const T*>(gate), *u = static_cast<const T*>(up);
-  if (masked) {
-    silu_mul_values_kernel<T, true><<<blocks, 256, 0, stream>>>(g, u, static_cast<T*>(a), chunks);
-  } else {
-    silu_mul_values_kernel<T, false><<<blocks, 256, 0, stream>>>(g, u, static_cast<T*>(a), chunks);
+  T* const out = static_cast<T*>(a);
+  if (path == 1) {
+    silu_mul_values_kernel<T, 1><<<blocks, 256, 0, stream>>>(g, u, out, chunks);
+  } else if (path == 0) {
+    silu_mul_values_kernel<T, 0><<<blocks, 256, 0, stream>>>(g, u, out, chunks);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    silu_mul_values_kernel<T, 2><<<blocks, 256, 0, stream>>>(g, u, out, chunks);
   }
   return cudaGetLastError();
 }
@@ -571,10 +675,13 @@ constexpr int kMaskedMaxExperts = 1024;
 template <typename T>
 constexpr int kSiluMaxChunks = sizeof(T) == 4 ? 2 : 4;
 
-template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj>
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
 __global__ void __launch_bounds__(kRowBlockThreads)
     silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2) {
+  static_assert(!kTable || (std::is_same_v<T, __nv_bfloat16> && !kMasked), "the SiLU table: flat bf16 rows");
   __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
+  __shared__ __align__(16) uint16_t silu_table[kTable ? kSiluTableEntries : 1];
+  if constexpr (kTable) load_silu_table(silu_table);  // waited for after the first row's loads
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
@@ -686,6 +793,10 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   RowKind kind = locate(v0 + slot, e, t);
   RawChunk<T> graw[kPassChunks], uraw[kPassChunks];
   load_pass(e, t, kind, lane, graw, uraw);
+  if constexpr (kTable) {
+    cp_async_wait_all();
+    __syncthreads();
+  }
   for (;;) {
     uint32_t ne = e, nt = t, next_pass = pass + 1, next_v0 = v0;
     RowKind next_kind = kind;
@@ -701,7 +812,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     bool live[kPassChunks];
 #pragma unroll
     for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
-    silu_mul_chunks<T, kPassChunks, kMasked>(graw, uraw, live, a);
+    silu_mul_chunks<T, kPassChunks, kMasked, kTable>(graw, uraw, live, a, silu_table);
     quant_store_chunks<T, kMaxChunks, kAdj>(p.out, a, kind, e, t, c0, W, n_units, group_lanes);
     if (next_v0 >= rows) break;
 #pragma unroll
@@ -713,14 +824,17 @@ __global__ void __launch_bounds__(kRowBlockThreads)
 // ---- silu_mul_quant on small flat grids (silu_shape's slices): block b holds slice b % slices
 // of row slot b / slices, blockDim.x chunks of it (the last slice the rest), a chunk per lane;
 // the grid has a block per slice, so each block makes one pass.
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kTable>
 __global__ void __launch_bounds__(kSiluSliceMaxChunks)
     silu_mul_quant_slice_kernel(const SiluMulQuantParams p, const uint32_t slices) {
+  static_assert(!kTable || std::is_same_v<T, __nv_bfloat16>, "the SiLU table: bf16 rows");
   const uint32_t t = blockIdx.x / slices, slice = blockIdx.x - t * slices, width = blockDim.x;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
   const int64_t chunks = p.H / kChunkElems, c0 = static_cast<int64_t>(slice) * width;
   const int64_t end = min(c0 + width, chunks), c = c0 + threadIdx.x;
   const T* __restrict__ gate = static_cast<const T*>(p.x) + t * p.x_stride_t;
+  __shared__ __align__(16) uint16_t silu_table[kTable ? kSiluTableEntries : 1];
+  if constexpr (kTable) load_silu_table(silu_table);
   // Before waiting for the previous grid: the L2 prefetch of the slice's lines (launch.cuh says
   // why that is safe).
   if (t < p.T) prefetch_row_lines<T>(gate + c0 * kChunkElems, p.H, threadIdx.x, width, end - c0);
@@ -730,8 +844,12 @@ __global__ void __launch_bounds__(kSiluSliceMaxChunks)
   const bool live[1] = {kind == RowKind::kData && c < end};
   const RawChunk<T> u[1] = {load_raw8<T, kVec>(gate + p.H + c * kChunkElems, live[0])};
   const RawChunk<T> g[1] = {load_raw8<T, kVec>(gate + c * kChunkElems, live[0])};
+  if constexpr (kTable) {
+    cp_async_wait_all();
+    __syncthreads();
+  }
   RawChunk<T> a[1] = {};
-  silu_mul_chunks<T, 1>(g, u, live, a);
+  silu_mul_chunks<T, 1, false, kTable>(g, u, live, a, silu_table);
   quant_store_chunks<T, 1>(p.out, a, kind, 0, t, static_cast<uint32_t>(c), width, static_cast<uint32_t>(end),
                            group_lanes);
 }
@@ -758,9 +876,6 @@ __device__ __forceinline__ float pairwise_sum(const float* v, uint32_t n) {
 
 // ---- Distributed shared memory (sm_90 clusters): a block receives 32-bit values from blocks of
 // its cluster into its shared memory, and an mbarrier of its own counts their bytes in.
-__device__ __forceinline__ uint32_t shared_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // Thread 0 initializes the block's mbarrier at bar (one arrival: the block's own expect_bytes),
 // then the cluster syncs, so that no block sends to a barrier before it is initialized.
@@ -795,16 +910,6 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(uint32_t bar) {
       " @!done bra WAIT_%=;\n}" ::"r"(bar)
       : "memory");
 }
-
-// Asynchronous 16-byte copy from global to shared memory (zeros when !ok, src then unread), and
-// the groups of such copies: commit closes the thread's group, the wait leaves at most the last
-// group pending.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
 // y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs; both
 // rms_norm_quant kernels end with it.
@@ -1102,7 +1207,7 @@ bool row_vec_ok(const void* base, int64_t stride_a, int64_t stride_b = 0) {
     default: LAUNCH(16);            \
   }
 
-template <typename T, bool kVec, bool kMasked, int kAdj>
+template <typename T, bool kVec, bool kMasked, int kAdj, bool kTable>
 cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, int sm_count,
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
@@ -1112,7 +1217,7 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   constexpr int kMaxUnits = kAdj == 1 ? kSiluMaxChunks<T> : 1;
 #define FP8OPS_SILU_LAUNCH(C)                                                                                       \
   {                                                                                                                 \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kMaxUnits ? kMaxUnits : C), kMasked, kAdj>;         \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kMaxUnits ? kMaxUnits : C), kMasked, kAdj, kTable>; \
     const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
     return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                 \
   }
@@ -1120,13 +1225,26 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
 #undef FP8OPS_SILU_LAUNCH
 }
 
-template <typename T, bool kVec, bool kMasked>
+template <typename T, bool kVec, bool kMasked, bool kTable>
 cudaError_t launch_silu_mul_quant_shape(const SiluMulQuantParams& p, const SiluShape& s, int sm_count,
                                         cudaStream_t stream, bool pdl) {
   if constexpr (kVec && sizeof(T) == 2) {
-    if (s.adjacent == 2) return launch_silu_mul_quant_impl<T, kVec, kMasked, 2>(p, s.row, sm_count, stream, pdl);
+    if (s.adjacent == 2)
+      return launch_silu_mul_quant_impl<T, kVec, kMasked, 2, kTable>(p, s.row, sm_count, stream, pdl);
   }
-  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1>(p, s.row, sm_count, stream, pdl);
+  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1, kTable>(p, s.row, sm_count, stream, pdl);
+}
+
+template <typename T, bool kTable>
+cudaError_t launch_silu_mul_quant_flat(const SiluMulQuantParams& p, const SiluShape& s, bool vec, int sm_count,
+                                       cudaStream_t stream, bool pdl) {
+  if (s.slices > 1) {
+    const dim3 grid(static_cast<uint32_t>(p.T_s * s.slices)), block(s.row.lanes);
+    return vec ? launch_kernel(silu_mul_quant_slice_kernel<T, true, kTable>, grid, block, stream, pdl, p, s.slices)
+               : launch_kernel(silu_mul_quant_slice_kernel<T, false, kTable>, grid, block, stream, pdl, p, s.slices);
+  }
+  return vec ? launch_silu_mul_quant_shape<T, true, false, kTable>(p, s, sm_count, stream, pdl)
+             : launch_silu_mul_quant_shape<T, false, false, kTable>(p, s, sm_count, stream, pdl);
 }
 
 template <typename T>
@@ -1137,17 +1255,14 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
   if (masked && p.E > kMaskedMaxExperts) return cudaErrorInvalidValue;
   const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
   const SiluShape s = silu_shape(p.H / kChunkElems, slots, masked, sizeof(T), vec, sm_count);
-  if (s.slices > 1) {
-    const dim3 grid(static_cast<uint32_t>(slots * s.slices)), block(s.row.lanes);
-    return vec ? launch_kernel(silu_mul_quant_slice_kernel<T, true>, grid, block, stream, pdl, p, s.slices)
-               : launch_kernel(silu_mul_quant_slice_kernel<T, false>, grid, block, stream, pdl, p, s.slices);
-  }
   if (masked) {
-    return vec ? launch_silu_mul_quant_shape<T, true, true>(p, s, sm_count, stream, pdl)
-               : launch_silu_mul_quant_shape<T, false, true>(p, s, sm_count, stream, pdl);
+    return vec ? launch_silu_mul_quant_shape<T, true, true, false>(p, s, sm_count, stream, pdl)
+               : launch_silu_mul_quant_shape<T, false, true, false>(p, s, sm_count, stream, pdl);
   }
-  return vec ? launch_silu_mul_quant_shape<T, true, false>(p, s, sm_count, stream, pdl)
-             : launch_silu_mul_quant_shape<T, false, false>(p, s, sm_count, stream, pdl);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    if (silu_table(true, false, p.T, p.H)) return launch_silu_mul_quant_flat<T, true>(p, s, vec, sm_count, stream, pdl);
+  }
+  return launch_silu_mul_quant_flat<T, false>(p, s, vec, sm_count, stream, pdl);
 }
 
 // A row kernel's launch, its grid capped at blocks_per_sm blocks a multiprocessor (the pipelined

@@ -31,6 +31,10 @@ struct RowShape {
 constexpr uint32_t kSiluChunksPerLane = 1;
 constexpr uint32_t kRmsChunksPerLane = 2;
 
+// The bf16 magnitudes (bits) kSiluTableLo <= |b| < kSiluTableHi, 2^-9 <= |g| < 128, that
+// silu_mul_quant's bf16 SiLU table covers (fused_quant.cuh, silu_table.h).
+constexpr uint32_t kSiluTableLo = 0x3B00u, kSiluTableHi = 0x4300u;
+
 inline RowShape row_shape(int64_t chunks, uint32_t per_lane) {
   uint32_t w = 1;
   while (w * 2 <= kRowBlockThreads && static_cast<int64_t>(w) * 2 * per_lane <= chunks) w *= 2;

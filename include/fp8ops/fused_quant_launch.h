@@ -95,6 +95,16 @@ inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_
   return {single, 1, 1};
 }
 
+// Whether silu_mul_quant looks SiLU up in the bf16 table of fused_quant.cuh instead of computing
+// it: flat bf16 inputs of at least kSiluTableMinValues gate values (rows * H). Each block first
+// copies the table (8 KiB) into shared memory, which smaller grids do not win back. Masked
+// buffers keep the computed SiLU: their valid rows, often a few per expert, wait on the copy.
+constexpr int64_t kSiluTableMinValues = int64_t(1) << 18;
+
+inline bool silu_table(bool bf16, bool masked, int64_t rows, int64_t H) {
+  return bf16 && !masked && rows * H >= kSiluTableMinValues;
+}
+
 // Blocks of the grid that strides over rows: enough for every row, at most
 // blocks_per_sm * sm_count (0: no cap, one block per row slot). silu_mul_quant caps it at the
 // resident blocks (in masked mode the valid rows are known on the device only), and so does
