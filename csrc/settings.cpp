@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <iterator>
 
 #include "fp8ops/fused_quant_launch.h"
 #include "fp8ops/group_quant_launch.h"
@@ -102,11 +103,11 @@ FP8OPS_C_API void fp8ops_silu_table_bounds(int64_t* out) {
   out[1] = fp8ops::kSiluTableHi;
 }
 
-// silu_table.h's entries, the table the bf16 kernels copy to shared memory: out[0 .. 2 * (hi - lo)).
+// silu_table.h's entries, the table the bf16 kernels copy to shared memory: out[0 .. kSiluTableEntries).
 FP8OPS_C_API void fp8ops_silu_table(int64_t* out) {
   static constexpr uint16_t kTable[] = {FP8OPS_SILU_TABLE_DATA};
-  static_assert(sizeof(kTable) / sizeof(kTable[0]) == 2 * (fp8ops::kSiluTableHi - fp8ops::kSiluTableLo));
-  for (size_t i = 0; i < sizeof(kTable) / sizeof(kTable[0]); ++i) out[i] = kTable[i];
+  static_assert(std::size(kTable) == fp8ops::kSiluTableEntries, "silu_table.h is out of date");
+  for (uint32_t i = 0; i < fp8ops::kSiluTableEntries; ++i) out[i] = kTable[i];
 }
 
 // fused_quant_launch.h's rms_split_cluster for `rows` row slots of `chunks` chunks: the cluster

@@ -499,8 +499,6 @@ __device__ __forceinline__ RawChunk<T> times_up(const float (&s)[kChunkElems], c
 // T(silu(g)) = g / 2 = b - 0x80, which is d(kSiluTableLo): the index is clamped up to it (a CPU
 // test holds this over every bf16 value). Chunks with a zero, a subnormal, |g| >= 128, an inf or
 // a NaN take silu_fp32.
-constexpr uint32_t kSiluTableSign = kSiluTableHi - kSiluTableLo;  // entries per sign, 0x800
-constexpr uint32_t kSiluTableEntries = 2 * kSiluTableSign;
 static_assert(kSiluTableSign == 0x800u, "the sign bit indexes the second half");
 
 static __device__ __align__(16) const uint16_t silu_table_data[kSiluTableEntries] = {FP8OPS_SILU_TABLE_DATA};

@@ -34,6 +34,8 @@ constexpr uint32_t kRmsChunksPerLane = 2;
 // The bf16 magnitudes (bits) kSiluTableLo <= |b| < kSiluTableHi, 2^-9 <= |g| < 128, that
 // silu_mul_quant's bf16 SiLU table covers (fused_quant.cuh, silu_table.h).
 constexpr uint32_t kSiluTableLo = 0x3B00u, kSiluTableHi = 0x4300u;
+constexpr uint32_t kSiluTableSign = kSiluTableHi - kSiluTableLo;  // entries per sign, 0x800
+constexpr uint32_t kSiluTableEntries = 2 * kSiluTableSign;        // positive, then negative
 
 inline RowShape row_shape(int64_t chunks, uint32_t per_lane) {
   uint32_t w = 1;
