@@ -8,7 +8,7 @@ benchmark builds them. Under Nsight Compute, profiling the third launch:
     python tools/profile.py indexer 16384            # B (H = 64, DeepSeek-V4 options)
     python tools/profile.py per_token row 8192 7168  # layout M K (bf16)
     python tools/profile.py group_major 512 16 4096 fp32|packed
-    python tools/profile.py silu 16384 2048 [E]       # M (rows, or Mmax with E experts) H, bf16
+    python tools/profile.py silu 16384 2048 [E [m]]   # M (rows, or Mmax of E experts, m valid) H, bf16
     python tools/profile.py rms 8192 7168 res|nores   # M D, bf16, col_tma
     python tools/profile.py block 7168 18432          # N K (bf16)
 """
@@ -39,10 +39,10 @@ def main(argv: list[str]) -> None:
         call = lambda: fp8ops.group_major_quant(x, packed=packed)  # noqa: E731
     elif kind == "silu":
         M, H = int(args[0]), int(args[1])
-        if len(args) > 2:  # masked: E experts of Mmax = M rows, about 8 valid each
-            E = int(args[2])
+        if len(args) > 2:  # masked: E experts of Mmax = M rows, m (default 8) valid each
+            E, valid = int(args[2]), int(args[3]) if len(args) > 3 else 8
             x = torch.randn(E, M, 2 * H, dtype=torch.bfloat16, device="cuda")
-            m = torch.full((E,), min(8, M), dtype=torch.int32, device="cuda")
+            m = torch.full((E,), min(valid, M), dtype=torch.int32, device="cuda")
             call = lambda: fp8ops.silu_mul_quant(x, 128, "col_tma_packed", masked_m=m)  # noqa: E731
         else:
             x = torch.randn(M, 2 * H, dtype=torch.bfloat16, device="cuda")
