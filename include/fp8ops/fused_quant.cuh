@@ -665,8 +665,8 @@ cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, in
 
 // ---- silu_mul_quant. A block's 256 threads hold 256 / W rows of W lanes, each lane units of
 // kAdj adjacent chunks (silu_shape); the grid strides over the rows (flat: the T_s rows; masked:
-// the valid rows of every expert, counted by a prefix sum of masked_m in shared memory, so the
-// work follows the valid rows, not E * Mmax).
+// the valid rows of every expert, counted by a prefix sum of masked_m, so the work follows the
+// valid rows, not E * Mmax).
 constexpr int kMaskedMaxExperts = 1024;
 
 // Chunks per lane a pass (more run in further passes): the loads of a pass are in flight at once.
@@ -696,39 +696,59 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   wait_for_prior_grid();
   allow_next_grid();
   int64_t total = p.T_s;
+  // Masked: the prefix sums of the clamped counts. With at most 32 experts and whole warps per
+  // row, every warp scans them itself, lane e holding expert e's running sum, and finds a row's
+  // expert by ballot: no barrier and no shared memory on the way to the first row's loads.
+  // Otherwise warp 0 writes them to shared memory for a binary search.
+  const bool warp_scan = kMasked && p.E <= 32 && lanes_log2 >= 5;
+  int32_t incl = 0;  // warp_scan: lane e's running sum through expert e (the total past E)
   if constexpr (kMasked) {
-    // Warp 0: each lane sums a run of clamped counts, a shuffle scan over the lanes, then the
-    // running sums written back as prefix[e + 1].
-    if (threadIdx.x < 32) {
-      const int E = static_cast<int>(p.E);
-      const int per = (E + 31) / 32, base = static_cast<int>(threadIdx.x) * per;
-      const int32_t cap = static_cast<int32_t>(p.T_q);
-      int32_t local = 0;
-      for (int i = 0; i < per; ++i) {
-        if (base + i < E) {
-          const int32_t m = p.masked_m[base + i];
-          const int32_t c = m < 0 ? 0 : (m > cap ? cap : m);
-          prefix[base + i + 1] = c;
-          local += c;
-        }
+    const int32_t cap = static_cast<int32_t>(p.T_q);
+    if (warp_scan) {
+      const uint32_t l = threadIdx.x & 31u;
+      if (l < p.E) {
+        const int32_t m = p.masked_m[l];
+        incl = m < 0 ? 0 : (m > cap ? cap : m);
       }
-      int32_t incl = local;
 #pragma unroll
       for (int off = 1; off < 32; off <<= 1) {
         const int32_t n = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-        if (static_cast<int>(threadIdx.x) >= off) incl += n;
+        if (static_cast<int>(l) >= off) incl += n;
       }
-      int32_t run = incl - local;
-      for (int i = 0; i < per; ++i) {
-        if (base + i < E) {
-          run += prefix[base + i + 1];
-          prefix[base + i + 1] = run;
+      total = __shfl_sync(0xFFFFFFFFu, incl, 31);
+    } else {
+      // Warp 0: each lane sums a run of clamped counts, a shuffle scan over the lanes, then the
+      // running sums written back as prefix[e + 1].
+      if (threadIdx.x < 32) {
+        const int E = static_cast<int>(p.E);
+        const int per = (E + 31) / 32, base = static_cast<int>(threadIdx.x) * per;
+        int32_t local = 0;
+        for (int i = 0; i < per; ++i) {
+          if (base + i < E) {
+            const int32_t m = p.masked_m[base + i];
+            const int32_t c = m < 0 ? 0 : (m > cap ? cap : m);
+            prefix[base + i + 1] = c;
+            local += c;
+          }
         }
+        int32_t sum = local;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const int32_t n = __shfl_up_sync(0xFFFFFFFFu, sum, off);
+          if (static_cast<int>(threadIdx.x) >= off) sum += n;
+        }
+        int32_t run = sum - local;
+        for (int i = 0; i < per; ++i) {
+          if (base + i < E) {
+            run += prefix[base + i + 1];
+            prefix[base + i + 1] = run;
+          }
+        }
+        if (threadIdx.x == 0) prefix[0] = 0;
       }
-      if (threadIdx.x == 0) prefix[0] = 0;
+      __syncthreads();
+      total = prefix[p.E];
     }
-    __syncthreads();
-    total = prefix[p.E];
     if (blockIdx.x == 0) {
       const int64_t pad_words = masked_pad_words(p);
       for (int64_t i = threadIdx.x; i < pad_words; i += blockDim.x) {
@@ -743,6 +763,12 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   // Row v of the slots' sequence: its expert, token and kind.
   auto locate = [&](uint32_t v, uint32_t& e, uint32_t& t) -> RowKind {
     if constexpr (kMasked) {
+      if (warp_scan) {  // v is the warp's: the experts whose rows all lie before v are 0..e-1
+        e = __popc(__ballot_sync(0xFFFFFFFFu, static_cast<uint32_t>(incl) <= v));
+        const int32_t start = __shfl_sync(0xFFFFFFFFu, incl, (e - 1) & 31u);
+        t = v - (e == 0 ? 0u : static_cast<uint32_t>(start));
+        return v < rows ? RowKind::kData : RowKind::kNone;
+      }
       int lo = 0, hi = static_cast<int>(p.E);  // the last expert whose rows start at or before v
       while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
