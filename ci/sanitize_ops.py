@@ -63,14 +63,15 @@ def main() -> int:
         x, w = rand(2201, 4096, dtype=dtype), rand(4096, dtype=dtype)
         read_back(*fp8ops.rms_norm_quant(x, w, 1e-6, None, 128, layout, layout.endswith("packed"), 4))
         calls += 1
-    for layout, H in itertools.product(("row", "col_tma", "col_tma_packed"), (256, 6144)):
-        E, Mmax = 4, 6
+    # Masked: 4 experts (counts scanned by every warp) and 36 (through shared memory).
+    for layout, H, E in itertools.product(("row", "col_tma", "col_tma_packed"), (256, 6144), (4, 36)):
+        Mmax = 6
         x = rand(E, Mmax, 2 * H)
         full = torch.full((E,), Mmax, dtype=torch.int32, device="cuda")
         read_back(*fp8ops.silu_mul_quant(x, 128, layout, masked_m=full))
         # Partly filled experts: rows past masked_m are documented as unwritten, so only the
         # valid rows are read back.
-        counts = [0, 1, 6, 3]
+        counts = ([0, 1, 6, 3] * 9)[:E]
         q, s = fp8ops.silu_mul_quant(x, 128, layout, masked_m=torch.tensor(counts, dtype=torch.int32, device="cuda"))
         for e, n in enumerate(counts):
             q[e, :n].cpu(), s[e, :n].cpu()

@@ -569,6 +569,32 @@ def test_cuda_silu_mul_quant_masked_rows_past_count_keep_poison(layout, dtype, p
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("layout", MASKED_LAYOUTS)
+def test_cuda_silu_mul_quant_masked_every_bf16_gate_bit_identical_to_cpu(layout, pdl):
+    """The masked kernel on valid rows holding every bf16 gate pattern (the shortcut's range and
+    the exact fallback, NaN and inf included), tiny gates and a zero row, with the counts scanned
+    by every warp (at most 32 experts) and through shared memory (more), bit for bit against the
+    CPU reference; rows past the counts keep their poison."""
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    H, Mmax = 1024, 80
+    for E in (8, 40):
+        counts = torch.randint(0, Mmax + 1, (E,))
+        counts[0], counts[1], counts[2] = Mmax, 0, 5
+        x, m = masked_case(E, Mmax, H, torch.bfloat16, counts)
+        x[0, : (1 << 16) // H, :H] = every[torch.randperm(1 << 16)].view(-1, H)
+        x[2, :3, :H] *= 2.0**-12
+        x[2, 4] = 0
+        x, m = x.cuda(), m.cuda()
+        cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, layout, masked_m=m.cpu())
+        q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, 128, layout, masked_m=m), (cq, cs))  # noqa: B023
+        for e in range(E):
+            n = int(counts[e])
+            assert_same_bits(q[e, :n], cq[e, :n], f"E={E} q e={e}")
+            assert_same_bits(s[e, :n], cs[e, :n], f"E={E} scale e={e}")
+            assert (q[e, n:].view(torch.uint8) == 0xFF).all(), "a row past masked_m was written"
+
+
+@pytest.mark.gpu
 def test_cuda_silu_mul_quant_masked_clamps_out_of_range_counts():
     x, _ = masked_case(4, 8, 256, device="cuda")
     m = torch.tensor([-5, 3, 100, 2**31 - 1], dtype=torch.int32, device="cuda")
