@@ -540,6 +540,21 @@ def test_cuda_silu_mul_quant_table_kernel_bit_identical_to_cpu(layout, pdl):
         assert_same_quant(q, s, cq, cs, f"{layout}")
 
 
+def check_masked_over_poison(x, m, layout, what=""):
+    """The masked op on CUDA over poisoned outputs: rows below masked_m equal the CPU reference
+    bit for bit, rows past it keep their poison bytes (codes and scales). Returns (q, s)."""
+    cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, layout, masked_m=m.cpu())
+    q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, 128, layout, masked_m=m), (cq, cs))
+    for e in range(x.shape[0]):
+        n = int(m[e])
+        assert_same_bits(q[e, :n], cq[e, :n], f"{what} q e={e}")
+        assert_same_bits(s[e, :n], cs[e, :n], f"{what} scale e={e}")
+        assert (q[e, n:].view(torch.uint8) == 0xFF).all(), "a row past masked_m was written"
+        poison = s[e, n:] == -1 if s.dtype == torch.int32 else s[e, n:].isnan()  # 0xFFFFFFFF
+        assert poison.all(), "a scale past masked_m was written"
+    return q, s
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", MASKED_LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -550,15 +565,7 @@ def test_cuda_silu_mul_quant_masked_rows_past_count_keep_poison(layout, dtype, p
         counts[0] = 0
         counts[-1] = Mmax
         x, m = masked_case(E, Mmax, H, dtype, counts, device="cuda")
-        cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, layout, masked_m=m.cpu())
-        q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, 128, layout, masked_m=m), (cq, cs))  # noqa: B023
-        for e in range(E):
-            n = int(counts[e])
-            assert_same_bits(q[e, :n], cq[e, :n], f"q e={e}")
-            assert_same_bits(s[e, :n], cs[e, :n], f"scale e={e}")
-            assert (q[e, n:].view(torch.uint8) == 0xFF).all(), "a row past masked_m was written"
-            poison = s[e, n:] == -1 if s.dtype == torch.int32 else s[e, n:].isnan()  # 0xFFFFFFFF
-            assert poison.all(), "a scale past masked_m was written"
+        q, s = check_masked_over_poison(x, m, layout, f"E={E} H={H}")
         if layout != "row":
             # The TMA padding rows Mmax..Ma-1 of every expert are zero.
             Ma, C = s.stride(2), s.shape[2]
@@ -584,14 +591,7 @@ def test_cuda_silu_mul_quant_masked_every_bf16_gate_bit_identical_to_cpu(layout,
         x[0, : (1 << 16) // H, :H] = every[torch.randperm(1 << 16)].view(-1, H)
         x[2, :3, :H] *= 2.0**-12
         x[2, 4] = 0
-        x, m = x.cuda(), m.cuda()
-        cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, layout, masked_m=m.cpu())
-        q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, 128, layout, masked_m=m), (cq, cs))  # noqa: B023
-        for e in range(E):
-            n = int(counts[e])
-            assert_same_bits(q[e, :n], cq[e, :n], f"E={E} q e={e}")
-            assert_same_bits(s[e, :n], cs[e, :n], f"E={E} scale e={e}")
-            assert (q[e, n:].view(torch.uint8) == 0xFF).all(), "a row past masked_m was written"
+        check_masked_over_poison(x.cuda(), m.cuda(), layout, f"E={E}")
 
 
 @pytest.mark.gpu
