@@ -1,7 +1,9 @@
 """Runs one fp8ops kernel on one shape three times, for a profiler; inputs are built the way the
-benchmark builds them. Under Nsight Compute, profiling the third launch:
+benchmark builds them. Under Nsight Compute, profiling the third launch (the regex matches the
+kernel's name without its namespace: group_quant, indexer_q_quant, silu_mul_quant, rms_norm_quant,
+block_quant):
 
-    ncu --clock-control none --kernel-name regex:fp8ops --launch-skip 2 --launch-count 1 \
+    ncu --clock-control none --kernel-name regex:group_quant --launch-skip 2 --launch-count 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
         python tools/profile.py per_token row 8192 7168
 
