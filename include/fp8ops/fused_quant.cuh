@@ -953,11 +953,25 @@ __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const Ra
 // kPipe (fused_quant_launch.h's rms_pipelined): the grid holds the resident blocks only, and each
 // copies the thread's chunks of its next row into shared memory while it works on the current
 // row, so that the next row's loads are in flight meanwhile.
+// kRmsFirstWarpInverse: in rows of four 16-bit chunks a lane without the residual, loaded 16 bytes
+// at a time, only the row's first warp adds the warp sums and takes the inverse, and shares it
+// through shared memory; that frees the registers for five resident blocks instead of four.
+template <typename T, bool kVec, int kMaxChunks, bool kResidual>
+constexpr bool kRmsFirstWarpInverse = kVec && !kResidual && sizeof(T) == 2 && kMaxChunks == 4;
+
+template <typename T, bool kVec, int kMaxChunks, bool kResidual>
+constexpr int kRmsMinBlocks = kMaxChunks * sizeof(T) > 8                             ? 1
+                              : kResidual                                            ? 3
+                              : kRmsFirstWarpInverse<T, kVec, kMaxChunks, kResidual> ? 5
+                                                                                     : 4;
+
 template <typename T, bool kVec, int kMaxChunks, bool kResidual, bool kPipe = false>
-__global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 ? (kResidual ? 3 : 4) : 1)
+__global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxChunks, kResidual>)
     rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2, const uint32_t prefetch_blocks) {
   static_assert(!kPipe || (kVec && !kResidual), "a pipelined row is loaded 16 bytes at a time, with no residual");
+  constexpr bool kFirstWarpInverse = kRmsFirstWarpInverse<T, kVec, kMaxChunks, kResidual>;
   __shared__ float warp_sums[kRowBlockThreads / 32];
+  __shared__ float row_inv[kFirstWarpInverse ? kRowBlockThreads / 64 : 1];  // a row of W > 32 lanes each
   // kPipe: two stages of the threads' chunks of a row, chunk k of thread i at k * 256 + i.
   __shared__ RawChunk<T> stages[kPipe ? 2 * kMaxChunks * kRowBlockThreads : 1];
   const uint32_t W = 1u << lanes_log2;
@@ -1063,10 +1077,16 @@ __global__ void __launch_bounds__(kRowBlockThreads, kMaxChunks * sizeof(T) <= 8 
       const uint32_t warps = W / 32, first = (threadIdx.x / W) * warps;
       if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
       __syncthreads();
-      acc = pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps);
+      if constexpr (kFirstWarpInverse) {
+        if (lane == 0) {
+          row_inv[slot] = rms_inverse(pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps), Df, p.norm_eps);
+        }
+      } else {
+        acc = pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps);
+      }
       __syncthreads();
     }
-    const float inv = rms_inverse(acc, Df, p.norm_eps);
+    const float inv = kFirstWarpInverse && W > 32 ? row_inv[slot] : rms_inverse(acc, Df, p.norm_eps);
     // y = T(r * inv * weight), rounded to T in pairs, then quantized.
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) r[k] = rms_scaled<T>(r[k], w[k], inv);
