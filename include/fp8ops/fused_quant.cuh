@@ -953,9 +953,9 @@ __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const Ra
 // kPipe (fused_quant_launch.h's rms_pipelined): the grid holds the resident blocks only, and each
 // copies the thread's chunks of its next row into shared memory while it works on the current
 // row, so that the next row's loads are in flight meanwhile.
-// kRmsFirstWarpInverse: in rows of four 16-bit chunks a lane without the residual, loaded 16 bytes
-// at a time, only the row's first warp adds the warp sums and takes the inverse, and shares it
-// through shared memory; that frees the registers for five resident blocks instead of four.
+// kRmsFirstWarpInverse: in the kernel of three or four 16-bit chunks a lane without the residual,
+// loaded 16 bytes at a time, only a row's first warp adds the warp sums and takes the inverse, and
+// shares it through shared memory; that frees the registers for five resident blocks, not four.
 template <typename T, bool kVec, int kMaxChunks, bool kResidual>
 constexpr bool kRmsFirstWarpInverse = kVec && !kResidual && sizeof(T) == 2 && kMaxChunks == 4;
 
@@ -971,7 +971,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   static_assert(!kPipe || (kVec && !kResidual), "a pipelined row is loaded 16 bytes at a time, with no residual");
   constexpr bool kFirstWarpInverse = kRmsFirstWarpInverse<T, kVec, kMaxChunks, kResidual>;
   __shared__ float warp_sums[kRowBlockThreads / 32];
-  __shared__ float row_inv[kFirstWarpInverse ? kRowBlockThreads / 64 : 1];  // a row of W > 32 lanes each
+  __shared__ float row_inv[kFirstWarpInverse ? kRowBlockThreads / 64 : 1];  // per row of W > 32 lanes
   // kPipe: two stages of the threads' chunks of a row, chunk k of thread i at k * 256 + i.
   __shared__ RawChunk<T> stages[kPipe ? 2 * kMaxChunks * kRowBlockThreads : 1];
   const uint32_t W = 1u << lanes_log2;
