@@ -536,8 +536,8 @@ __device__ __forceinline__ RawChunk<__nv_bfloat16> silu_table_chunk(const uint16
     const char* const base = reinterpret_cast<const char*>(table);
     const uint32_t d_lo = *reinterpret_cast<const uint16_t*>(base + (off & 0xFFFFu));
     const uint32_t d_hi = *reinterpret_cast<const uint16_t*>(base + (off >> 16));
-    const uint32_t lo = w + d_lo, hi = w + (d_hi << 16);
-    sw[i] = (lo & 0xFFFFu) | (hi & 0xFFFF0000u);
+    // The low half of w + d_lo and the high half of w + (d_hi << 16), by one byte permute.
+    sw[i] = __byte_perm(w + d_lo, w + (d_hi << 16), 0x7610);
   }
   RawChunk<__nv_bfloat16> r;
   r.w[0] = make_uint4(sw[0], sw[1], sw[2], sw[3]);
