@@ -673,8 +673,11 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128))
     # 2048: clusters of 4 blocks; 300 x 7168, 700 x 1024, 400 x 1536 and 600 x 768: grids too
     # large for the split kernel (7168, 1536 and 768: rows of 256, 64 and 32 lanes of three or four
-    # chunks, in the kernel whose rows of several warps take their inverse in the first).
+    # chunks, in the kernel whose rows of several warps take their inverse in the first). In the
+    # kernel of four chunks a lane, whole warps lack the fourth chunk at 7168 (its upper half), 1536,
+    # 768 and 384 (16 lanes), and the third too at 2560 (128 lanes: two warps have it).
     shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64), (400, 1536, 128), (600, 768, 64))
+    shapes = (*shapes, (200, 2560, 128), (300, 384, 128))
     # Both kernels run: the row kernel, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}

@@ -1022,6 +1022,11 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     // raw. kPipe: the next row's copy starts, then this row's (started a row earlier) is read.
     RawChunk<T> r[kMaxChunks], w[kMaxChunks];
     float acc = 0.0f;
+    // Kernels of four chunks a lane: slot k holds no chunk of the row in any lane of the warp
+    // when the warp's first lane has none there (the fourth at D = 1536; in the upper half of the
+    // row's warps at D = 7168). Such slots are loaded as zeros; the warp skips their sum and
+    // scaling, whose results would be those zeros.
+    auto slot_live = [&](int k) { return kMaxChunks != 4 || k < 2 || (lane & ~31u) + k * W < chunks; };
     {
       const T* const x_row = x + t * p.x_stride;
       T* const res_row = kResidual ? res + t * p.r_stride : nullptr;
@@ -1050,6 +1055,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
+        if (!slot_live(k)) continue;
         const uint32_t c = lane + k * W;
         const bool load = data && c < chunks;
         float v[kChunkElems];
@@ -1089,7 +1095,9 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     const float inv = kFirstWarpInverse && W > 32 ? row_inv[slot] : rms_inverse(acc, Df, p.norm_eps);
     // y = T(r * inv * weight), rounded to T in pairs, then quantized.
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) r[k] = rms_scaled<T>(r[k], w[k], inv);
+    for (int k = 0; k < kMaxChunks; ++k) {
+      if (slot_live(k)) r[k] = rms_scaled<T>(r[k], w[k], inv);
+    }
     quant_store_chunks<T, kMaxChunks>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
   }
 }
