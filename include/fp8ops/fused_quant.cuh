@@ -669,6 +669,19 @@ cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, in
 // valid rows, not E * Mmax).
 constexpr int kMaskedMaxExperts = 1024;
 
+// A masked_m count clamped into [0, cap] (cap = Mmax), as the CUDA kernel takes it.
+__device__ __forceinline__ int32_t clamp_count(int32_t m, int32_t cap) { return m < 0 ? 0 : (m > cap ? cap : m); }
+
+// The inclusive prefix sum of v over the 32 lanes of a warp (lane: the caller's lane index).
+__device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, uint32_t lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const int32_t n = __shfl_up_sync(0xFFFFFFFFu, v, off);
+    if (static_cast<int>(lane) >= off) v += n;
+  }
+  return v;
+}
+
 // Chunks per lane a pass (more run in further passes): the loads of a pass are in flight at once.
 template <typename T>
 constexpr int kSiluMaxChunks = sizeof(T) == 4 ? 2 : 4;
@@ -706,15 +719,8 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     const int32_t cap = static_cast<int32_t>(p.T_q);
     if (warp_scan) {
       const uint32_t l = threadIdx.x & 31u;
-      if (l < p.E) {
-        const int32_t m = p.masked_m[l];
-        incl = m < 0 ? 0 : (m > cap ? cap : m);
-      }
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const int32_t n = __shfl_up_sync(0xFFFFFFFFu, incl, off);
-        if (static_cast<int>(l) >= off) incl += n;
-      }
+      if (l < p.E) incl = clamp_count(p.masked_m[l], cap);
+      incl = warp_inclusive_sum(incl, l);
       total = __shfl_sync(0xFFFFFFFFu, incl, 31);
     } else {
       // Warp 0: each lane sums a run of clamped counts, a shuffle scan over the lanes, then the
@@ -725,19 +731,12 @@ __global__ void __launch_bounds__(kRowBlockThreads)
         int32_t local = 0;
         for (int i = 0; i < per; ++i) {
           if (base + i < E) {
-            const int32_t m = p.masked_m[base + i];
-            const int32_t c = m < 0 ? 0 : (m > cap ? cap : m);
+            const int32_t c = clamp_count(p.masked_m[base + i], cap);
             prefix[base + i + 1] = c;
             local += c;
           }
         }
-        int32_t sum = local;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const int32_t n = __shfl_up_sync(0xFFFFFFFFu, sum, off);
-          if (static_cast<int>(threadIdx.x) >= off) sum += n;
-        }
-        int32_t run = sum - local;
+        int32_t run = warp_inclusive_sum(local, threadIdx.x) - local;
         for (int i = 0; i < per; ++i) {
           if (base + i < E) {
             run += prefix[base + i + 1];
