@@ -194,6 +194,35 @@ __device__ __forceinline__ uint32_t raw_magnitude_bits(const RawChunk<T>& r, boo
   }
 }
 
+// raw_magnitude_bits over kN raw chunks at once: for 16-bit T one packed maximum over all their
+// words, then one over its two halves.
+template <typename T, int kN>
+__device__ __forceinline__ uint32_t raw_magnitude_bits_n(const RawChunk<T>* r, bool& nonfinite) {
+  if constexpr (sizeof(T) == 4) {
+    uint32_t m = 0u;
+    nonfinite = false;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      bool nf;
+      m = max(m, raw_magnitude_bits<T>(r[i], nf));
+      nonfinite = nonfinite || nf;
+    }
+    return m;
+  } else {
+    uint32_t m2;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const uint4 w = r[i].w[0];
+      const uint32_t mi =
+          __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+      m2 = i == 0 ? mi : __vmaxu2(m2, mi);
+    }
+    const uint32_t m = max(m2 & 0xFFFFu, m2 >> 16);
+    nonfinite = m >= kInfBits<T>;
+    return m;
+  }
+}
+
 // 8 floats that are exact values of T (or NaN, canonicalized) as a raw chunk. For bf16 and fp16:
 // pack_round, then, only for a chunk that holds a NaN, each element again with the canonical NaN.
 template <typename T>
@@ -306,14 +335,8 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
     // The magnitudes of every unit, then those outside the row's data dropped by a select (a
     // unit's chunks need not hold values there).
     const bool in = data && c0 + k * W < units;
-    uint32_t m = 0u;
-    bool nf = false;
-#pragma unroll
-    for (int i = 0; i < kAdj; ++i) {
-      bool nfi;
-      m = max(m, raw_magnitude_bits<T>(a[k * kAdj + i], nfi));
-      nf = nf || nfi;
-    }
+    bool nf;
+    uint32_t m = raw_magnitude_bits_n<T, kAdj>(&a[k * kAdj], nf);
     nonfinite[k] = in && nf;
     m = in ? m : 0u;
     if (nonfinite[k]) {
@@ -511,12 +534,20 @@ __device__ __forceinline__ void load_silu_table(uint16_t* table) {
   cp_async_commit();
 }
 
-// Whether every value of a bf16 chunk has 2^-125 <= |g| < 128 (where g / 2 is still normal).
-__device__ __forceinline__ bool silu_table_range(const RawChunk<__nv_bfloat16>& r) {
-  const uint4 w = r.w[0];
-  const uint32_t m[4] = {w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu, w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu};
-  const uint32_t hi = __vmaxu2(__vmaxu2(m[0], m[1]), __vmaxu2(m[2], m[3]));
-  const uint32_t lo = __vminu2(__vminu2(m[0], m[1]), __vminu2(m[2], m[3]));
+// Whether every value of kN bf16 chunks has 2^-125 <= |g| < 128 (where g / 2 is still normal):
+// packed maxima and minima over all their words, then over the two halves.
+template <int kN>
+__device__ __forceinline__ bool silu_table_range(const RawChunk<__nv_bfloat16>* r) {
+  uint32_t hi, lo;
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    const uint4 w = r[i].w[0];
+    const uint32_t m[4] = {w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu, w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu};
+    const uint32_t h = __vmaxu2(__vmaxu2(m[0], m[1]), __vmaxu2(m[2], m[3]));
+    const uint32_t l = __vminu2(__vminu2(m[0], m[1]), __vminu2(m[2], m[3]));
+    hi = i == 0 ? h : __vmaxu2(hi, h);
+    lo = i == 0 ? l : __vminu2(lo, l);
+  }
   return max(hi & 0xFFFFu, hi >> 16) < kSiluTableHi && min(lo & 0xFFFFu, lo >> 16) >= 0x100u;
 }
 
@@ -556,17 +587,18 @@ __device__ __forceinline__ RawChunk<__nv_bfloat16> silu_table_chunk(const uint16
 // values near a midpoint and a subnormal range to check, it was slower.)
 // kTable (bf16, the table in shared memory): SiLU by silu_table_chunk when every live chunk is in
 // the table's domain, else as above.
-template <typename T, int kN, bool kShortcut = false, bool kTable = false>
+template <typename T, int kN, bool kShortcut = false, bool kTable = false, int kAdj = 1>
 __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], const RawChunk<T> (&uraw)[kN],
                                                 const bool (&live)[kN], RawChunk<T> (&a)[kN],
                                                 const uint16_t* table = nullptr) {
   if constexpr (kTable) {
     static_assert(std::is_same_v<T, __nv_bfloat16>, "the SiLU table is bf16's");
+    // The kAdj chunks of a unit are live or not together: one range test for each unit.
     bool any = false, in = true;
 #pragma unroll
-    for (int k = 0; k < kN; ++k) {
+    for (int k = 0; k < kN; k += kAdj) {
       any = any || live[k];
-      in = in && (!live[k] || silu_table_range(graw[k]));
+      in = in && (!live[k] || silu_table_range<kAdj>(&graw[k]));
     }
     if (any && in) {
 #pragma unroll
@@ -835,7 +867,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     bool live[kPassChunks];
 #pragma unroll
     for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
-    silu_mul_chunks<T, kPassChunks, kMasked, kTable>(graw, uraw, live, a, silu_table);
+    silu_mul_chunks<T, kPassChunks, kMasked, kTable, kAdj>(graw, uraw, live, a, silu_table);
     quant_store_chunks<T, kMaxChunks, kAdj>(p.out, a, kind, e, t, c0, W, n_units, group_lanes);
     if (next_v0 >= rows) break;
 #pragma unroll
