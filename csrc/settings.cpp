@@ -79,8 +79,8 @@ FP8OPS_C_API void fp8ops_row_shape(int64_t chunks, int64_t op, int64_t* out) {
   out[3] = fp8ops::row_max_chunks(s.chunks_per_lane);
 }
 
-// fused_quant_launch.h's silu_shape: writes out[0..4]: lanes, units per lane, rows_per_block,
-// chunks per unit, slices per row.
+// fused_quant_launch.h's silu_shape: writes out[0..5]: lanes, units per lane, rows_per_block,
+// chunks per unit, slices per row, threads per block.
 FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked, int64_t elem_bytes, int64_t vec16,
                                     int64_t sm_count, int64_t* out) {
   const fp8ops::SiluShape s = fp8ops::silu_shape(chunks, rows, masked != 0, static_cast<int>(elem_bytes), vec16 != 0,
@@ -90,6 +90,7 @@ FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked
   out[2] = s.row.rows_per_block;
   out[3] = s.adjacent;
   out[4] = s.slices;
+  out[5] = s.threads;
 }
 
 // fused_quant_launch.h's silu_table: 1 where silu_mul_quant looks the bf16 SiLU up in its table.

@@ -96,10 +96,11 @@ def row_shape(chunks: int, op: str) -> dict:
 
 def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: bool, sm_count: int) -> dict:
     """How silu_mul_quant shares its rows out: units of `adjacent` chunks over `lanes` lanes, each
-    row cut into `slices` (include/fp8ops/fused_quant_launch.h)."""
-    out = (_I64 * 5)()
+    row cut into `slices`, in blocks of `threads` (include/fp8ops/fused_quant_launch.h)."""
+    out = (_I64 * 6)()
     _lib().fp8ops_silu_shape(chunks, rows, int(masked), elem_bytes, int(vec16), sm_count, out)
-    return dict(zip(("lanes", "units_per_lane", "rows_per_block", "adjacent", "slices"), out, strict=True))
+    keys = ("lanes", "units_per_lane", "rows_per_block", "adjacent", "slices", "threads")
+    return dict(zip(keys, out, strict=True))
 
 
 def silu_table_bounds() -> tuple:

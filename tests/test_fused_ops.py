@@ -559,8 +559,10 @@ def check_masked_over_poison(x, m, layout, what=""):
 @pytest.mark.parametrize("layout", MASKED_LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_silu_mul_quant_masked_rows_past_count_keep_poison(layout, dtype, pdl):
-    # H = 6144: two adjacent chunks per lane in two passes.
-    for E, Mmax, H in ((6, 9, 384), (32, 256, 2048), (1, 1, 128), (4, 7, 6144)):
+    # H = 6144: two adjacent chunks per lane in two passes. H = 128: 16 lanes a row, two rows a
+    # warp, in blocks dealt more rows than the grid holds at once; E = 40: the counts scanned
+    # through shared memory.
+    for E, Mmax, H in ((6, 9, 384), (32, 256, 2048), (1, 1, 128), (4, 7, 6144), (8, 300, 128), (40, 64, 2048)):
         counts = torch.randint(0, Mmax + 1, (E,))
         counts[0] = 0
         counts[-1] = Mmax

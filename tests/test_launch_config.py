@@ -211,14 +211,42 @@ def test_row_shape_lanes_hold_whole_groups():
 def test_silu_shape_pairs_adjacent_chunks_on_large_or_wide_rows():
     pair = lambda chunks, rows, masked=False, elem=2, vec=True: _native.silu_shape(chunks, rows, masked, elem, vec, 132)  # noqa: E731
     # H = 2048 (256 chunks): one chunk per lane for small grids, two from 896 * 132 chunks.
-    assert pair(256, 100) == {"lanes": 256, "units_per_lane": 1, "rows_per_block": 1, "adjacent": 1, "slices": 1}
+    assert pair(256, 100) == {
+        "lanes": 256,
+        "units_per_lane": 1,
+        "rows_per_block": 1,
+        "adjacent": 1,
+        "slices": 1,
+        "threads": 256,
+    }
     assert pair(256, 462)["adjacent"] == 2 and pair(256, 461)["adjacent"] == 1
-    assert pair(256, 4096) == {"lanes": 128, "units_per_lane": 1, "rows_per_block": 2, "adjacent": 2, "slices": 1}
+    assert pair(256, 4096) == {
+        "lanes": 128,
+        "units_per_lane": 1,
+        "rows_per_block": 2,
+        "adjacent": 2,
+        "slices": 1,
+        "threads": 256,
+    }
     # Rows that would give a lane more than two chunks: two adjacent chunks per lane at any row
     # count too large for slices; two chunks per lane (H = 1536) stay single on small grids.
-    assert pair(896, 265) == {"lanes": 256, "units_per_lane": 2, "rows_per_block": 1, "adjacent": 2, "slices": 1}
+    assert pair(896, 265) == {
+        "lanes": 256,
+        "units_per_lane": 2,
+        "rows_per_block": 1,
+        "adjacent": 2,
+        "slices": 1,
+        "threads": 256,
+    }
     assert pair(768, 1, masked=True)["adjacent"] == 2
-    assert pair(192, 100) == {"lanes": 128, "units_per_lane": 2, "rows_per_block": 2, "adjacent": 1, "slices": 1}
+    assert pair(192, 100) == {
+        "lanes": 128,
+        "units_per_lane": 2,
+        "rows_per_block": 2,
+        "adjacent": 1,
+        "slices": 1,
+        "threads": 256,
+    }
     assert pair(512, 1 << 20, masked=True)["adjacent"] == 1
     # Masked narrow rows, fp32 and rows without 16-byte loads keep one chunk per lane.
     assert pair(256, 32 * 512, masked=True)["adjacent"] == 1
@@ -230,7 +258,14 @@ def test_silu_shape_slices_rows_of_small_grids():
     shape = lambda chunks, rows, masked=False, elem=2: _native.silu_shape(chunks, rows, masked, elem, True, 132)  # noqa: E731
 
     def sliced(width, slices):
-        return {"lanes": width, "units_per_lane": 1, "rows_per_block": 1, "adjacent": 1, "slices": slices}
+        return {
+            "lanes": width,
+            "units_per_lane": 1,
+            "rows_per_block": 1,
+            "adjacent": 1,
+            "slices": slices,
+            "threads": width,
+        }
 
     # Up to 66 rows: as many slices per row as give a block per multiprocessor, each a whole number
     # of warps, at least 64 chunks and at most 512. H = 2048 (256 chunks): 4 slices of 64 up to 33
@@ -267,6 +302,50 @@ def test_silu_shape_units_tile_rows_and_groups():
                 continue
             g = min(16, chunks & -chunks) // a  # the largest group (in units) that divides the row
             assert lanes % g == 0 and 256 % lanes == 0 and s["rows_per_block"] * lanes == 256, (chunks, rows, s)
+            assert s["threads"] == 256, (chunks, rows, s)
+
+
+def test_silu_shape_masked_blocks():
+    """Masked kernels of one unit per lane and pass run blocks of 1024 threads, whole rows of lanes;
+    the others, and every flat grid, 256."""
+    shape = lambda chunks, elem=2, vec=True, masked=True: _native.silu_shape(chunks, 8 * 256, masked, elem, vec, 132)  # noqa: E731
+    # H = 2048 (256 chunks): 256 lanes of one chunk, four rows a block; fp32 the same.
+    assert shape(256) == {
+        "lanes": 256,
+        "units_per_lane": 1,
+        "rows_per_block": 4,
+        "adjacent": 1,
+        "slices": 1,
+        "threads": 1024,
+    }
+    assert shape(256, elem=4)["threads"] == 1024 and shape(256, vec=False)["threads"] == 1024
+    # H = 4096 (512 chunks): two chunks a lane, one pass of two units: 256 threads.
+    assert shape(512) == {
+        "lanes": 256,
+        "units_per_lane": 2,
+        "rows_per_block": 1,
+        "adjacent": 1,
+        "slices": 1,
+        "threads": 256,
+    }
+    # H = 7168 (896 chunks): pairs, one unit a pass (two passes): 1024; without 16-byte loads no
+    # pairs, four units a pass: 256.
+    assert shape(896) == {
+        "lanes": 256,
+        "units_per_lane": 2,
+        "rows_per_block": 4,
+        "adjacent": 2,
+        "slices": 1,
+        "threads": 1024,
+    }
+    assert shape(896, vec=False)["threads"] == 256
+    # Narrow rows: 16 lanes (H = 128) of one chunk, 64 rows a block.
+    assert shape(16)["threads"] == 1024 and shape(16)["rows_per_block"] == 64
+    assert shape(256, masked=False)["threads"] == 256
+    for chunks in range(4, 4096, 4):
+        for elem, vec in ((2, True), (2, False), (4, True)):
+            s = shape(chunks, elem, vec)
+            assert s["threads"] in (256, 1024) and s["rows_per_block"] * s["lanes"] == s["threads"], (chunks, s)
 
 
 def test_silu_table():

@@ -695,10 +695,10 @@ cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, in
   return cudaGetLastError();
 }
 
-// ---- silu_mul_quant. A block's 256 threads hold 256 / W rows of W lanes, each lane units of
-// kAdj adjacent chunks (silu_shape); the grid strides over the rows (flat: the T_s rows; masked:
-// the valid rows of every expert, counted by a prefix sum of masked_m, so the work follows the
-// valid rows, not E * Mmax).
+// ---- silu_mul_quant. A block's threads (silu_block_threads) hold threads / W rows of W lanes,
+// each lane units of kAdj adjacent chunks (silu_shape); the grid strides over the rows (flat: the
+// T_s rows; masked: the valid rows of every expert, counted by a prefix sum of masked_m, so the
+// work follows the valid rows, not E * Mmax).
 constexpr int kMaskedMaxExperts = 1024;
 
 // A masked_m count clamped into [0, cap] (cap = Mmax), as the CUDA kernel takes it.
@@ -714,12 +714,10 @@ __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, uint32_t lane) 
   return v;
 }
 
-// Chunks per lane a pass (more run in further passes): the loads of a pass are in flight at once.
-template <typename T>
-constexpr int kSiluMaxChunks = sizeof(T) == 4 ? 2 : 4;
-
+// kMaxChunks: units per lane a pass (fused_quant_launch.h's silu_pass_units at most), whose loads
+// are in flight at once; more run in further passes. Blocks of silu_block_threads threads.
 template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
-__global__ void __launch_bounds__(kRowBlockThreads)
+__global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
     silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2) {
   static_assert(!kTable || (std::is_same_v<T, __nv_bfloat16> && !kMasked), "the SiLU table: flat bf16 rows");
   __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
@@ -727,7 +725,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   if constexpr (kTable) load_silu_table(silu_table);  // waited for after the first row's loads
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
-  const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
+  const uint32_t rows_per_block = silu_block_threads(kMasked, kMaxChunks) >> lanes_log2;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / (kChunkElems * kAdj);
   const int64_t chunks = p.H / kChunkElems;
   // Before waiting for the previous grid: the L2 prefetch of this block's first row (flat) or of
@@ -839,13 +837,20 @@ __global__ void __launch_bounds__(kRowBlockThreads)
       }
     }
   };
-  // The grid strides over the rows. The next pass's loads (of this row, or of the slot's next
-  // row) are issued before the current pass's work, so that they are in flight during it.
+  // The grid strides over the rows. A block's slots take consecutive rows, but in the masked blocks
+  // of kSiluMaskedThreads: there slot s of block b starts at row b + s * gridDim.x, so that the few
+  // valid rows of a decode step go one to a block, on as many multiprocessors, and a warp stops
+  // once its first slot (`lead`) has no row left (the slots of a warp make the same passes). The
+  // next pass's loads (of this row, or of the slot's next row) are issued before the current
+  // pass's work, so that they are in flight during it.
+  constexpr bool kDeal = kMasked && silu_block_threads(kMasked, kMaxChunks) == kSiluMaskedThreads;
   const uint32_t row_step = gridDim.x * rows_per_block;
-  uint32_t v0 = blockIdx.x * rows_per_block;
-  if (v0 >= rows) return;
+  const uint32_t stride = kDeal ? gridDim.x : 1u;  // from a slot's row to the next slot's
+  const uint32_t lead = kDeal ? slot & ~((32u >> min(lanes_log2, 5u)) - 1u) : 0u;
+  uint32_t v0 = blockIdx.x * (kDeal ? 1u : rows_per_block);  // slot 0's row
+  if (v0 + lead * stride >= rows) return;
   uint32_t e, t, pass = 0;
-  RowKind kind = locate(v0 + slot, e, t);
+  RowKind kind = locate(v0 + slot * stride, e, t);
   RawChunk<T> graw[kPassChunks], uraw[kPassChunks];
   load_pass(e, t, kind, lane, graw, uraw);
   if constexpr (kTable) {
@@ -858,7 +863,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     if (next_pass == passes) {
       next_pass = 0;
       next_v0 += row_step;
-      next_kind = next_v0 < rows ? locate(next_v0 + slot, ne, nt) : RowKind::kNone;
+      next_kind = next_v0 + lead * stride < rows ? locate(next_v0 + slot * stride, ne, nt) : RowKind::kNone;
     }
     RawChunk<T> gnext[kPassChunks], unext[kPassChunks];
     load_pass(ne, nt, next_kind, lane + (next_pass << pass_log2), gnext, unext);
@@ -869,7 +874,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
     silu_mul_chunks<T, kPassChunks, kMasked, kTable, kAdj>(graw, uraw, live, a, silu_table);
     quant_store_chunks<T, kMaxChunks, kAdj>(p.out, a, kind, e, t, c0, W, n_units, group_lanes);
-    if (next_v0 >= rows) break;
+    if (next_v0 + lead * stride >= rows) break;
 #pragma unroll
     for (int k = 0; k < kPassChunks; ++k) graw[k] = gnext[k], uraw[k] = unext[k];
     e = ne, t = nt, pass = next_pass, v0 = next_v0, kind = next_kind;
@@ -1297,12 +1302,15 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
   // A pass of two-chunk units holds one: two per pass would double the registers in flight.
-  constexpr int kMaxUnits = kAdj == 1 ? kSiluMaxChunks<T> : 1;
-#define FP8OPS_SILU_LAUNCH(C)                                                                                       \
-  {                                                                                                                 \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, (C > kMaxUnits ? kMaxUnits : C), kMasked, kAdj, kTable>; \
-    const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, resident_blocks_per_sm<kernel>(256), sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2);                 \
+  constexpr int kMaxUnits = static_cast<int>(silu_pass_units(sizeof(T), kAdj));
+#define FP8OPS_SILU_LAUNCH(C)                                                                              \
+  {                                                                                                        \
+    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                                  \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;                 \
+    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                     \
+    const uint32_t blocks =                                                                                \
+        row_grid_blocks(rows, kThreads >> lanes_log2, resident_blocks_per_sm<kernel>(kThreads), sm_count); \
+    return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2);                \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH

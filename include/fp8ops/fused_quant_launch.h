@@ -69,17 +69,43 @@ constexpr int64_t kSiluSliceRowsPerSm = 2;
 constexpr int64_t kSiluSliceMinChunks = 64;
 constexpr uint32_t kSiluSliceMaxChunks = 512;
 
+// Units (of `adjacent` chunks) that a lane's pass of the row kernel loads at once: one pair, or
+// up to four 16-bit chunks (two of fp32); a lane with more units makes further passes.
+constexpr uint32_t silu_pass_units(int elem_bytes, uint32_t adjacent) {
+  return adjacent == 2 ? 1u : elem_bytes == 4 ? 2u : 4u;
+}
+
+// Threads per block of silu_mul_quant's row kernel, for `pass_units` units per lane and pass (the
+// kernel's compiled count). A masked grid fills every block slot whatever the counts, and when few
+// rows are valid most of its blocks only read masked_m and exit: fewer, larger blocks cost less to
+// cycle through, and its rows are dealt out a block at a time (fused_quant.cuh), so a few rows
+// still land on as many multiprocessors. Kernels of more than one unit per pass keep
+// kRowBlockThreads, since their registers would not fit a block of kSiluMaskedThreads.
+constexpr uint32_t kSiluMaskedThreads = 1024;
+
+constexpr uint32_t silu_block_threads(bool masked, uint32_t pass_units) {
+  return masked && pass_units == 1 ? kSiluMaskedThreads : kRowBlockThreads;
+}
+
 struct SiluShape {
   RowShape row;       // over units of `adjacent` chunks; sliced: a slice's chunks (lanes) and 1, 1
   uint32_t adjacent;  // chunks per unit
   uint32_t slices;    // slices per flat row (1: whole rows)
+  uint32_t threads;   // per block (row.rows_per_block rows of row.lanes lanes, or a slice)
 };
 
 // chunks: chunks of a row (a multiple of 4: groups hold at least 32 elements); rows: the row
 // slots (flat: T_s; masked: E * Mmax).
 inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_bytes, bool vec16, int sm_count) {
   auto sliced = [chunks](int64_t width) -> SiluShape {
-    return {{static_cast<uint32_t>(width), 1, 1}, 1, static_cast<uint32_t>((chunks + width - 1) / width)};
+    const uint32_t w = static_cast<uint32_t>(width);
+    return {{w, 1, 1}, 1, static_cast<uint32_t>((chunks + width - 1) / width), w};
+  };
+  auto whole = [&](RowShape r, uint32_t adjacent) -> SiluShape {
+    const uint32_t units = std::min(row_max_chunks(r.chunks_per_lane), silu_pass_units(elem_bytes, adjacent));
+    const uint32_t threads = silu_block_threads(masked, units);
+    r.rows_per_block = threads / r.lanes;
+    return {r, adjacent, 1, threads};
   };
   if (!masked && rows >= 1 && 2 * rows <= sm_count) {
     const int64_t per_row = sm_count / rows;  // slices per row at one block per multiprocessor
@@ -90,9 +116,9 @@ inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_
   const RowShape single = row_shape(chunks, kSiluChunksPerLane);
   const bool large = !masked && rows * chunks >= kSiluPairChunksPerSm * sm_count;
   if (elem_bytes == 2 && vec16 && (single.chunks_per_lane > 2 || large)) {
-    return {row_shape(chunks / 2, kSiluChunksPerLane), 2, 1};
+    return whole(row_shape(chunks / 2, kSiluChunksPerLane), 2);
   }
-  return {single, 1, 1};
+  return whole(single, 1);
 }
 
 // Whether silu_mul_quant looks SiLU up in the bf16 table of fused_quant.cuh instead of computing
