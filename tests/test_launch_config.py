@@ -208,45 +208,23 @@ def test_row_shape_lanes_hold_whole_groups():
             assert lanes % g == 0 and lanes <= 256, (chunks, op, lanes)
 
 
+def silu_shape_of(lanes, units_per_lane, rows_per_block, adjacent, slices, threads):
+    """_native.silu_shape's answer, by position."""
+    keys = ("lanes", "units_per_lane", "rows_per_block", "adjacent", "slices", "threads")
+    return dict(zip(keys, (lanes, units_per_lane, rows_per_block, adjacent, slices, threads), strict=True))
+
+
 def test_silu_shape_pairs_adjacent_chunks_on_large_or_wide_rows():
     pair = lambda chunks, rows, masked=False, elem=2, vec=True: _native.silu_shape(chunks, rows, masked, elem, vec, 132)  # noqa: E731
     # H = 2048 (256 chunks): one chunk per lane for small grids, two from 896 * 132 chunks.
-    assert pair(256, 100) == {
-        "lanes": 256,
-        "units_per_lane": 1,
-        "rows_per_block": 1,
-        "adjacent": 1,
-        "slices": 1,
-        "threads": 256,
-    }
+    assert pair(256, 100) == silu_shape_of(256, 1, 1, 1, 1, 256)
     assert pair(256, 462)["adjacent"] == 2 and pair(256, 461)["adjacent"] == 1
-    assert pair(256, 4096) == {
-        "lanes": 128,
-        "units_per_lane": 1,
-        "rows_per_block": 2,
-        "adjacent": 2,
-        "slices": 1,
-        "threads": 256,
-    }
+    assert pair(256, 4096) == silu_shape_of(128, 1, 2, 2, 1, 256)
     # Rows that would give a lane more than two chunks: two adjacent chunks per lane at any row
     # count too large for slices; two chunks per lane (H = 1536) stay single on small grids.
-    assert pair(896, 265) == {
-        "lanes": 256,
-        "units_per_lane": 2,
-        "rows_per_block": 1,
-        "adjacent": 2,
-        "slices": 1,
-        "threads": 256,
-    }
+    assert pair(896, 265) == silu_shape_of(256, 2, 1, 2, 1, 256)
     assert pair(768, 1, masked=True)["adjacent"] == 2
-    assert pair(192, 100) == {
-        "lanes": 128,
-        "units_per_lane": 2,
-        "rows_per_block": 2,
-        "adjacent": 1,
-        "slices": 1,
-        "threads": 256,
-    }
+    assert pair(192, 100) == silu_shape_of(128, 2, 2, 1, 1, 256)
     assert pair(512, 1 << 20, masked=True)["adjacent"] == 1
     # Masked narrow rows, fp32 and rows without 16-byte loads keep one chunk per lane.
     assert pair(256, 32 * 512, masked=True)["adjacent"] == 1
@@ -258,14 +236,7 @@ def test_silu_shape_slices_rows_of_small_grids():
     shape = lambda chunks, rows, masked=False, elem=2: _native.silu_shape(chunks, rows, masked, elem, True, 132)  # noqa: E731
 
     def sliced(width, slices):
-        return {
-            "lanes": width,
-            "units_per_lane": 1,
-            "rows_per_block": 1,
-            "adjacent": 1,
-            "slices": slices,
-            "threads": width,
-        }
+        return silu_shape_of(width, 1, 1, 1, slices, width)
 
     # Up to 66 rows: as many slices per row as give a block per multiprocessor, each a whole number
     # of warps, at least 64 chunks and at most 512. H = 2048 (256 chunks): 4 slices of 64 up to 33
@@ -310,34 +281,13 @@ def test_silu_shape_masked_blocks():
     the others, and every flat grid, 256."""
     shape = lambda chunks, elem=2, vec=True, masked=True: _native.silu_shape(chunks, 8 * 256, masked, elem, vec, 132)  # noqa: E731
     # H = 2048 (256 chunks): 256 lanes of one chunk, four rows a block; fp32 the same.
-    assert shape(256) == {
-        "lanes": 256,
-        "units_per_lane": 1,
-        "rows_per_block": 4,
-        "adjacent": 1,
-        "slices": 1,
-        "threads": 1024,
-    }
+    assert shape(256) == silu_shape_of(256, 1, 4, 1, 1, 1024)
     assert shape(256, elem=4)["threads"] == 1024 and shape(256, vec=False)["threads"] == 1024
     # H = 4096 (512 chunks): two chunks a lane, one pass of two units: 256 threads.
-    assert shape(512) == {
-        "lanes": 256,
-        "units_per_lane": 2,
-        "rows_per_block": 1,
-        "adjacent": 1,
-        "slices": 1,
-        "threads": 256,
-    }
+    assert shape(512) == silu_shape_of(256, 2, 1, 1, 1, 256)
     # H = 7168 (896 chunks): pairs, one unit a pass (two passes): 1024; without 16-byte loads no
     # pairs, four units a pass: 256.
-    assert shape(896) == {
-        "lanes": 256,
-        "units_per_lane": 2,
-        "rows_per_block": 4,
-        "adjacent": 2,
-        "slices": 1,
-        "threads": 1024,
-    }
+    assert shape(896) == silu_shape_of(256, 2, 4, 2, 1, 1024)
     assert shape(896, vec=False)["threads"] == 256
     # Narrow rows: 16 lanes (H = 128) of one chunk, 64 rows a block.
     assert shape(16)["threads"] == 1024 and shape(16)["rows_per_block"] == 64
