@@ -170,44 +170,23 @@ __device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems])
 template <typename T>
 constexpr uint32_t kInfBits = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
 
-// The bits of the largest |value| of a raw chunk, as T's bit pattern (for non-negative floats the
-// order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
-// such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed.
-template <typename T>
-__device__ __forceinline__ uint32_t raw_magnitude_bits(const RawChunk<T>& r, bool& nonfinite) {
-  if constexpr (sizeof(T) == 4) {
-    uint32_t m = 0u;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      m = max(m, max(max(r.w[i].x & 0x7FFFFFFFu, r.w[i].y & 0x7FFFFFFFu),
-                     max(r.w[i].z & 0x7FFFFFFFu, r.w[i].w & 0x7FFFFFFFu)));
-    }
-    nonfinite = m >= 0x7F800000u;
-    return m;
-  } else {
-    const uint4 w = r.w[0];
-    const uint32_t m2 =
-        __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
-    const uint32_t m = max(m2 & 0xFFFFu, m2 >> 16);
-    nonfinite = m >= kInfBits<T>;
-    return m;
-  }
-}
-
-// raw_magnitude_bits over kN raw chunks at once: for 16-bit T one packed maximum over all their
-// words, then one over its two halves.
+// The bits of the largest |value| of kN raw chunks, as T's bit pattern (for non-negative floats
+// the order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
+// such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed. For 16-bit T:
+// one packed maximum over all the chunks' words, then one over its two halves.
 template <typename T, int kN>
 __device__ __forceinline__ uint32_t raw_magnitude_bits_n(const RawChunk<T>* r, bool& nonfinite) {
+  uint32_t m = 0u;
   if constexpr (sizeof(T) == 4) {
-    uint32_t m = 0u;
-    nonfinite = false;
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
-      bool nf;
-      m = max(m, raw_magnitude_bits<T>(r[i], nf));
-      nonfinite = nonfinite || nf;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const uint4 w = r[i].w[j];
+        m = max(m, max(max(w.x & 0x7FFFFFFFu, w.y & 0x7FFFFFFFu), max(w.z & 0x7FFFFFFFu, w.w & 0x7FFFFFFFu)));
+      }
     }
-    return m;
+    nonfinite = m >= 0x7F800000u;
   } else {
     uint32_t m2;
 #pragma unroll
@@ -217,10 +196,10 @@ __device__ __forceinline__ uint32_t raw_magnitude_bits_n(const RawChunk<T>* r, b
           __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
       m2 = i == 0 ? mi : __vmaxu2(m2, mi);
     }
-    const uint32_t m = max(m2 & 0xFFFFu, m2 >> 16);
+    m = max(m2 & 0xFFFFu, m2 >> 16);
     nonfinite = m >= kInfBits<T>;
-    return m;
   }
+  return m;
 }
 
 // 8 floats that are exact values of T (or NaN, canonicalized) as a raw chunk. For bf16 and fp16:
@@ -236,7 +215,7 @@ __device__ __forceinline__ RawChunk<T> floats_to_raw(const float (&v)[kChunkElem
     for (int i = 0; i < 2; ++i) r.w[i] = make_uint4(b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]);
   } else {
     bool nonfinite;
-    if (raw_magnitude_bits<T>(r, nonfinite) > kInfBits<T>) {
+    if (raw_magnitude_bits_n<T, 1>(&r, nonfinite) > kInfBits<T>) {
       uint32_t w[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) w[i] = float_to_elem_bits<T>(v[2 * i]) | (float_to_elem_bits<T>(v[2 * i + 1]) << 16);
@@ -279,7 +258,7 @@ __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
   }
 }
 
-// The float whose magnitude bits raw_magnitude_bits returned.
+// The float whose magnitude bits raw_magnitude_bits_n returned.
 template <typename T>
 __device__ __forceinline__ float magnitude_bits_float(uint32_t m) {
   if constexpr (sizeof(T) == 4) {
