@@ -15,6 +15,7 @@ import sys
 import torch
 
 import fp8ops
+from fp8ops import _native
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
@@ -76,6 +77,19 @@ def main() -> int:
         for e, n in enumerate(counts):
             q[e, :n].cpu(), s[e, :n].cpu()
         calls += 2
+    # Masked bf16 rows of 2048 with enough valid rows for the kernel to take pairs and the SiLU
+    # table (fused_quant_launch.h's silu_masked_pairs), counts scanned both ways.
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for layout, E in (("col_tma_packed", 4), ("row", 36)):
+        need = _native.silu_masked_pairs(256, E * 1024, 2, True, True, sms)["rows"]
+        Mmax = need // E + 8
+        counts = [Mmax - (e % 3) * 2 for e in range(E)]
+        assert sum(counts) >= need > 0, (E, need)
+        x = rand(E, Mmax, 2 * 2048)
+        q, s = fp8ops.silu_mul_quant(x, 128, layout, masked_m=torch.tensor(counts, dtype=torch.int32, device="cuda"))
+        for e, n in enumerate(counts):
+            q[e, :n].cpu(), s[e, :n].cpu()
+        calls += 1
     for dtype, packed in itertools.product(DTYPES, (False, True)):
         xg = rand(5, 3, 384, dtype=dtype)[:, :, :256]
         read_back(*fp8ops.group_major_quant(xg, packed=packed))

@@ -93,6 +93,18 @@ FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked
   out[5] = s.threads;
 }
 
+// fused_quant_launch.h's silu_masked_pairs for a masked buffer of `rows` row slots (bf16: 1 for
+// bf16 rows, else 16-bit or 32-bit rows of elem_bytes): writes out[0] = the valid rows from which
+// the masked kernel takes pairs (0: never), out[1] = the log2 of their lanes.
+FP8OPS_C_API void fp8ops_silu_masked_pairs(int64_t chunks, int64_t rows, int64_t elem_bytes, int64_t bf16,
+                                           int64_t vec16, int64_t sm_count, int64_t* out) {
+  const int sms = static_cast<int>(sm_count);
+  const fp8ops::SiluShape s = fp8ops::silu_shape(chunks, rows, true, static_cast<int>(elem_bytes), vec16 != 0, sms);
+  const fp8ops::SiluPairSwitch p = fp8ops::silu_masked_pairs(chunks, s, bf16 != 0, vec16 != 0, sms);
+  out[0] = p.rows;
+  out[1] = p.lanes_log2;
+}
+
 // fused_quant_launch.h's silu_table: 1 where silu_mul_quant looks the bf16 SiLU up in its table.
 FP8OPS_C_API int64_t fp8ops_silu_table_used(int64_t bf16, int64_t masked, int64_t rows, int64_t H) {
   return fp8ops::silu_table(bf16 != 0, masked != 0, rows, H);

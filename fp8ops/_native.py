@@ -26,6 +26,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_rms_split_cluster.restype = _I64
     lib.fp8ops_silu_table_bounds.argtypes = [_I64P]
     lib.fp8ops_silu_table.argtypes = [_I64P]
+    lib.fp8ops_silu_masked_pairs.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_silu_table_used.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_silu_table_used.restype = _I64
     lib.fp8ops_rms_pipelined.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64]
@@ -101,6 +102,15 @@ def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: boo
     _lib().fp8ops_silu_shape(chunks, rows, int(masked), elem_bytes, int(vec16), sm_count, out)
     keys = ("lanes", "units_per_lane", "rows_per_block", "adjacent", "slices", "threads")
     return dict(zip(keys, out, strict=True))
+
+
+def silu_masked_pairs(chunks: int, rows: int, elem_bytes: int, bf16: bool, vec16: bool, sm_count: int) -> dict:
+    """From how many valid rows the masked silu_mul_quant kernel of a buffer of `rows` row slots
+    takes units of two chunks and the SiLU table (0: never), and the log2 of the lanes of such a
+    row (include/fp8ops/fused_quant_launch.h)."""
+    out = (_I64 * 2)()
+    _lib().fp8ops_silu_masked_pairs(chunks, rows, elem_bytes, int(bf16), int(vec16), sm_count, out)
+    return {"rows": out[0], "lanes_log2": out[1]}
 
 
 def silu_table_bounds() -> tuple:

@@ -540,11 +540,11 @@ def test_cuda_silu_mul_quant_table_kernel_bit_identical_to_cpu(layout, pdl):
         assert_same_quant(q, s, cq, cs, f"{layout}")
 
 
-def check_masked_over_poison(x, m, layout, what=""):
+def check_masked_over_poison(x, m, layout, what="", group_size=128):
     """The masked op on CUDA over poisoned outputs: rows below masked_m equal the CPU reference
     bit for bit, rows past it keep their poison bytes (codes and scales). Returns (q, s)."""
-    cq, cs = fp8ops.silu_mul_quant(x.cpu(), 128, layout, masked_m=m.cpu())
-    q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, 128, layout, masked_m=m), (cq, cs))
+    cq, cs = fp8ops.silu_mul_quant(x.cpu(), group_size, layout, masked_m=m.cpu())
+    q, s = call_over_poison(lambda: fp8ops.silu_mul_quant(x, group_size, layout, masked_m=m), (cq, cs))
     for e in range(x.shape[0]):
         n = int(m[e])
         assert_same_bits(q[e, :n], cq[e, :n], f"{what} q e={e}")
@@ -594,6 +594,46 @@ def test_cuda_silu_mul_quant_masked_every_bf16_gate_bit_identical_to_cpu(layout,
         x[2, :3, :H] *= 2.0**-12
         x[2, 4] = 0
         check_masked_over_poison(x.cuda(), m.cuda(), layout, f"E={E}")
+
+
+def counts_summing_to(total, E, Mmax):
+    """E counts of at most Mmax that sum to total (at least Mmax): expert 0 stays full, expert 1
+    is emptied first, then rows are taken from random experts past it."""
+    counts = torch.full((E,), Mmax)
+    drop = E * Mmax - total
+    first = min(drop, Mmax)
+    counts[1] -= first
+    drop -= first
+    while drop > 0:
+        e = int(torch.randint(2, E, ()))
+        if counts[e] > 0:
+            counts[e] -= 1
+            drop -= 1
+    return counts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("layout", MASKED_LAYOUTS)
+def test_cuda_silu_mul_quant_masked_pairs_bit_identical_to_cpu(layout, pdl):
+    """Masked bf16 buffers whose valid rows reach fused_quant_launch.h's silu_masked_pairs: from
+    there the kernel takes units of two chunks and the SiLU table. One row below the switch, at it
+    (with every bf16 gate pattern, tiny gates and a zero row) and every row valid; H = 512 to 2048,
+    groups of 32 to 128, counts scanned by every warp and, with more than 32 experts, through
+    shared memory; bit for bit against the CPU reference, rows past the counts poisoned."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    for E, H, gs in ((4, 2048, 128), (6, 1024, 64), (4, 512, 32), (48, 2048, 128)):
+        need = _native.silu_masked_pairs(H // 8, E * 1024, 2, True, True, sms)["rows"]
+        Mmax = need // E + 40
+        assert 0 < need < E * Mmax, (E, H, need)
+        for total in (need - 1, need, E * Mmax):
+            x, m = masked_case(E, Mmax, H, torch.bfloat16, counts_summing_to(total, E, Mmax))
+            n = (1 << 16) // H  # rows of H gates that hold every pattern, in expert 0
+            if total == need and Mmax >= n + 5:
+                x[0, :n, :H] = every[torch.randperm(1 << 16)].view(-1, H)
+                x[0, n : n + 3, :H] *= 2.0**-12
+                x[0, n + 4] = 0
+            check_masked_over_poison(x.cuda(), m.cuda(), layout, f"E={E} H={H} rows={total}", gs)
 
 
 @pytest.mark.gpu

@@ -308,6 +308,29 @@ def test_silu_table():
     assert not used(False, False, 1 << 16, 2048) and not used(True, True, 1 << 16, 2048)
 
 
+def test_silu_masked_pairs():
+    """A masked bf16 buffer run in blocks of 1024 threads of one chunk a lane switches, on the
+    device, to units of two chunks and the SiLU table from as many valid rows as hold 4096 chunks
+    a multiprocessor, on the lanes of silu_shape's pairs; never for fp16 or fp32, element loads, the
+    256-thread kernels, rows already paired, or pairs of fewer than 32 lanes."""
+    pairs = lambda chunks, elem=2, bf16=True, vec=True, rows=32 * 512: _native.silu_masked_pairs(  # noqa: E731
+        chunks, rows, elem, bf16, vec, 132
+    )
+    for chunks in (64, 128, 256):
+        p = pairs(chunks)
+        assert p["rows"] * chunks >= 4096 * 132 > (p["rows"] - 1) * chunks, (chunks, p)
+        assert 1 << p["lanes_log2"] == _native.row_shape(chunks // 2, "silu")["lanes"] >= 32, (chunks, p)
+        assert _native.silu_table_used(True, False, p["rows"], chunks * 8), chunks
+        assert _native.silu_shape(chunks, 32 * 512, True, 2, True, 132)["threads"] == 1024, chunks
+    # H = 2048: from 2112 valid rows, pairs on 128 lanes; H = 512: from 8448, on 32.
+    assert pairs(256) == {"rows": 2112, "lanes_log2": 7} and pairs(64) == {"rows": 8448, "lanes_log2": 5}
+    never = {"rows": 0, "lanes_log2": 0}
+    assert pairs(32) == never  # pairs of 16 lanes
+    assert pairs(512) == never and pairs(896) == never  # 256-thread blocks; pairs already
+    assert pairs(256, bf16=False) == never and pairs(256, elem=4, bf16=False) == never
+    assert pairs(256, vec=False) == never
+
+
 def test_rms_split_cluster():
     """The split kernel takes rows of 32 lanes or more, a cluster of lanes / 32 blocks per row, on
     grids of at most 4 blocks per multiprocessor; the row kernel takes the others."""

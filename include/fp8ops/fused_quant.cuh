@@ -693,19 +693,30 @@ __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, uint32_t lane) 
   return v;
 }
 
+// Whether a masked kernel may switch to pairs and the SiLU table on the device (fused_quant_launch.h's
+// silu_masked_pairs): bf16 rows loaded 16 bytes at a time, in the blocks of kSiluMaskedThreads of one
+// chunk a unit, whose registers leave room for the pairs' body.
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj>
+constexpr bool kSiluPairSwitch = kMasked && kVec && std::is_same_v<T, __nv_bfloat16> && kAdj == 1 &&
+                                 silu_block_threads(kMasked, kMaxChunks) == kSiluMaskedThreads;
+
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
+__device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
+                                          bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table);
+
 // kMaxChunks: units per lane a pass (fused_quant_launch.h's silu_pass_units at most), whose loads
 // are in flight at once; more run in further passes. Blocks of silu_block_threads threads.
 template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
 __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
-    silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2) {
+    silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2, const SiluPairSwitch pairs) {
   static_assert(!kTable || (std::is_same_v<T, __nv_bfloat16> && !kMasked), "the SiLU table: flat bf16 rows");
+  constexpr bool kSwitch = kSiluPairSwitch<T, kVec, kMaxChunks, kMasked, kAdj>;
   __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
-  __shared__ __align__(16) uint16_t silu_table[kTable ? kSiluTableEntries : 1];
+  __shared__ __align__(16) uint16_t silu_table[kTable || kSwitch ? kSiluTableEntries : 1];
   if constexpr (kTable) load_silu_table(silu_table);  // waited for after the first row's loads
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = silu_block_threads(kMasked, kMaxChunks) >> lanes_log2;
-  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / (kChunkElems * kAdj);
   const int64_t chunks = p.H / kChunkElems;
   // Before waiting for the previous grid: the L2 prefetch of this block's first row (flat) or of
   // masked_m (launch.cuh says why that is safe).
@@ -764,10 +775,35 @@ __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
       }
     }
   }
+  // Row indices are 32-bit (prepare bounds rows times scale groups below 2^31).
+  const uint32_t rows = static_cast<uint32_t>(total);
+  // From silu_masked_pairs' count of valid rows the whole grid (rows is the grid's) takes the body
+  // of large flat grids: units of two adjacent chunks and SiLU from the table.
+  if constexpr (kSwitch) {
+    if (pairs.rows != 0 && rows >= pairs.rows) {
+      silu_rows<T, kVec, 1, true, 2, true>(p, pairs.lanes_log2, rows, warp_scan, incl, prefix, silu_table);
+      return;
+    }
+  }
+  silu_rows<T, kVec, kMaxChunks, kMasked, kAdj, kTable>(p, lanes_log2, rows, warp_scan, incl, prefix, silu_table);
+}
+
+// The grid's rows (flat: the T_s row slots; masked: the `rows` valid rows, whose expert the warp's
+// running sums `incl` (warp_scan) or the block's `prefix` sums give), on W = 2^lanes_log2 lanes a
+// row, units of kAdj adjacent chunks. A masked grid with kTable copies the table into silu_table
+// after its first row's loads; a flat one has started that copy before the wait for the prior grid.
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
+__device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
+                                          bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table) {
+  const uint32_t W = 1u << lanes_log2;
+  const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
+  const uint32_t rows_per_block = silu_block_threads(kMasked, kMaxChunks) >> lanes_log2;
+  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / (kChunkElems * kAdj);
+  const int64_t chunks = p.H / kChunkElems;
   const T* __restrict__ x = static_cast<const T*>(p.x);
-  // Row indices are 32-bit (prepare bounds rows times scale groups below 2^31), and so are chunk
-  // indices (a row of 2^32 chunks would not fit in a GPU's memory); element offsets are 64-bit.
-  const uint32_t rows = static_cast<uint32_t>(total), n_units = static_cast<uint32_t>(chunks / kAdj);
+  // Chunk indices are 32-bit (a row of 2^32 chunks would not fit in a GPU's memory); element
+  // offsets are 64-bit.
+  const uint32_t n_units = static_cast<uint32_t>(chunks / kAdj);
   // Row v of the slots' sequence: its expert, token and kind.
   auto locate = [&](uint32_t v, uint32_t& e, uint32_t& t) -> RowKind {
     if constexpr (kMasked) {
@@ -827,14 +863,19 @@ __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
   const uint32_t stride = kDeal ? gridDim.x : 1u;  // from a slot's row to the next slot's
   const uint32_t lead = kDeal ? slot & ~((32u >> min(lanes_log2, 5u)) - 1u) : 0u;
   uint32_t v0 = blockIdx.x * (kDeal ? 1u : rows_per_block);  // slot 0's row
-  if (v0 + lead * stride >= rows) return;
-  uint32_t e, t, pass = 0;
-  RowKind kind = locate(v0 + slot * stride, e, t);
+  // A masked grid with the table keeps its warps without rows for the barrier after the copy.
+  constexpr bool kTableCopy = kTable && kMasked;
+  const bool has_rows = v0 + lead * stride < rows;
+  if (!kTableCopy && !has_rows) return;
+  uint32_t e = 0, t = 0, pass = 0;
+  RowKind kind = has_rows ? locate(v0 + slot * stride, e, t) : RowKind::kNone;
   RawChunk<T> graw[kPassChunks], uraw[kPassChunks];
   load_pass(e, t, kind, lane, graw, uraw);
   if constexpr (kTable) {
+    if constexpr (kTableCopy) load_silu_table(silu_table);
     cp_async_wait_all();
     __syncthreads();
+    if (kTableCopy && !has_rows) return;
   }
   for (;;) {
     uint32_t ne = e, nt = t, next_pass = pass + 1, next_v0 = v0;
@@ -851,7 +892,7 @@ __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
     bool live[kPassChunks];
 #pragma unroll
     for (int k = 0; k < kPassChunks; ++k) live[k] = kind == RowKind::kData && c0 + (k / kAdj) * W < n_units;
-    silu_mul_chunks<T, kPassChunks, kMasked, kTable, kAdj>(graw, uraw, live, a, silu_table);
+    silu_mul_chunks<T, kPassChunks, kMasked && !kTable, kTable, kAdj>(graw, uraw, live, a, silu_table);
     quant_store_chunks<T, kMaxChunks, kAdj>(p.out, a, kind, e, t, c0, W, n_units, group_lanes);
     if (next_v0 + lead * stride >= rows) break;
 #pragma unroll
@@ -1275,8 +1316,8 @@ bool row_vec_ok(const void* base, int64_t stride_a, int64_t stride_b = 0) {
   }
 
 template <typename T, bool kVec, bool kMasked, int kAdj, bool kTable>
-cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, int sm_count,
-                                       cudaStream_t stream, bool pdl) {
+cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, SiluPairSwitch pairs,
+                                       int sm_count, cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
@@ -1289,20 +1330,20 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
     constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                     \
     const uint32_t blocks =                                                                                \
         row_grid_blocks(rows, kThreads >> lanes_log2, resident_blocks_per_sm<kernel>(kThreads), sm_count); \
-    return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2);                \
+    return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);         \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH
 }
 
 template <typename T, bool kVec, bool kMasked, bool kTable>
-cudaError_t launch_silu_mul_quant_shape(const SiluMulQuantParams& p, const SiluShape& s, int sm_count,
-                                        cudaStream_t stream, bool pdl) {
+cudaError_t launch_silu_mul_quant_shape(const SiluMulQuantParams& p, const SiluShape& s, SiluPairSwitch pairs,
+                                        int sm_count, cudaStream_t stream, bool pdl) {
   if constexpr (kVec && sizeof(T) == 2) {
     if (s.adjacent == 2)
-      return launch_silu_mul_quant_impl<T, kVec, kMasked, 2, kTable>(p, s.row, sm_count, stream, pdl);
+      return launch_silu_mul_quant_impl<T, kVec, kMasked, 2, kTable>(p, s.row, pairs, sm_count, stream, pdl);
   }
-  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1, kTable>(p, s.row, sm_count, stream, pdl);
+  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1, kTable>(p, s.row, pairs, sm_count, stream, pdl);
 }
 
 template <typename T, bool kTable>
@@ -1313,8 +1354,8 @@ cudaError_t launch_silu_mul_quant_flat(const SiluMulQuantParams& p, const SiluSh
     return vec ? launch_kernel(silu_mul_quant_slice_kernel<T, true, kTable>, grid, block, stream, pdl, p, s.slices)
                : launch_kernel(silu_mul_quant_slice_kernel<T, false, kTable>, grid, block, stream, pdl, p, s.slices);
   }
-  return vec ? launch_silu_mul_quant_shape<T, true, false, kTable>(p, s, sm_count, stream, pdl)
-             : launch_silu_mul_quant_shape<T, false, false, kTable>(p, s, sm_count, stream, pdl);
+  return vec ? launch_silu_mul_quant_shape<T, true, false, kTable>(p, s, {0, 0}, sm_count, stream, pdl)
+             : launch_silu_mul_quant_shape<T, false, false, kTable>(p, s, {0, 0}, sm_count, stream, pdl);
 }
 
 template <typename T>
@@ -1326,8 +1367,10 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
   const bool vec = row_vec_ok<T>(p.x, p.x_stride_t, p.x_stride_e) && (p.H * int64_t(sizeof(T))) % 16 == 0;
   const SiluShape s = silu_shape(p.H / kChunkElems, slots, masked, sizeof(T), vec, sm_count);
   if (masked) {
-    return vec ? launch_silu_mul_quant_shape<T, true, true, false>(p, s, sm_count, stream, pdl)
-               : launch_silu_mul_quant_shape<T, false, true, false>(p, s, sm_count, stream, pdl);
+    const SiluPairSwitch pairs =
+        silu_masked_pairs(p.H / kChunkElems, s, std::is_same_v<T, __nv_bfloat16>, vec, sm_count);
+    return vec ? launch_silu_mul_quant_shape<T, true, true, false>(p, s, pairs, sm_count, stream, pdl)
+               : launch_silu_mul_quant_shape<T, false, true, false>(p, s, pairs, sm_count, stream, pdl);
   }
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
     if (silu_table(true, false, p.T, p.H)) return launch_silu_mul_quant_flat<T, true>(p, s, vec, sm_count, stream, pdl);

@@ -124,11 +124,38 @@ inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_
 // Whether silu_mul_quant looks SiLU up in the bf16 table of fused_quant.cuh instead of computing
 // it: flat bf16 inputs of at least kSiluTableMinValues gate values (rows * H). Each block first
 // copies the table (8 KiB) into shared memory, which smaller grids do not win back. Masked
-// buffers keep the computed SiLU: their valid rows, often a few per expert, wait on the copy.
+// buffers compute SiLU (their valid rows, often a few per expert, would wait on the copy) unless
+// enough rows are valid for silu_masked_pairs below.
 constexpr int64_t kSiluTableMinValues = int64_t(1) << 18;
 
 inline bool silu_table(bool bf16, bool masked, int64_t rows, int64_t H) {
   return bf16 && !masked && rows * H >= kSiluTableMinValues;
+}
+
+// A masked buffer's shape keeps one chunk a unit (silu_shape): the host sees the row slots, not
+// the valid rows, which in a decode step are a few per expert. The masked kernels of
+// kSiluMaskedThreads threads over bf16 rows loaded 16 bytes at a time count the valid rows first;
+// from `rows` of them (kSiluMaskedPairChunksPerSm chunks a multiprocessor) they take units of two
+// chunks on 2^lanes_log2 lanes a row and look SiLU up in the table, as large flat grids do. That
+// pays later than on flat grids (kSiluPairChunksPerSm): with fewer rows the single chunks, twice
+// the lanes a row and no table to copy, finished first. rows = 0: never (other dtypes or loads,
+// rows of more than one unit a lane, or pairs of fewer than 32 lanes, whose rows would share a
+// warp).
+constexpr int64_t kSiluMaskedPairChunksPerSm = 4096;
+
+struct SiluPairSwitch {
+  uint32_t rows;        // the valid rows from which the kernel takes pairs
+  uint32_t lanes_log2;  // log2 of the lanes of a row of pairs
+};
+
+inline SiluPairSwitch silu_masked_pairs(int64_t chunks, const SiluShape& s, bool bf16, bool vec16, int sm_count) {
+  if (!bf16 || !vec16 || s.threads != kSiluMaskedThreads || s.adjacent != 1) return {0, 0};
+  const RowShape pair = row_shape(chunks / 2, kSiluChunksPerLane);
+  if (pair.lanes < 32) return {0, 0};
+  const int64_t rows = (kSiluMaskedPairChunksPerSm * sm_count + chunks - 1) / chunks;
+  uint32_t log2 = 0;
+  while ((1u << log2) < pair.lanes) ++log2;
+  return {static_cast<uint32_t>(std::min<int64_t>(rows, 0x7FFFFFFF)), log2};
 }
 
 // Blocks of the grid that strides over rows: enough for every row, at most
