@@ -153,9 +153,8 @@ inline SiluPairSwitch silu_masked_pairs(int64_t chunks, const SiluShape& s, bool
   const RowShape pair = row_shape(chunks / 2, kSiluChunksPerLane);
   if (pair.lanes < 32) return {0, 0};
   const int64_t rows = (kSiluMaskedPairChunksPerSm * sm_count + chunks - 1) / chunks;
-  uint32_t log2 = 0;
-  while ((1u << log2) < pair.lanes) ++log2;
-  return {static_cast<uint32_t>(std::min<int64_t>(rows, 0x7FFFFFFF)), log2};
+  const uint32_t lanes_log2 = 31 - __builtin_clz(pair.lanes);  // as the launch takes silu_shape's lanes
+  return {static_cast<uint32_t>(std::min<int64_t>(rows, 0x7FFFFFFF)), lanes_log2};
 }
 
 // Blocks of the grid that strides over rows: enough for every row, at most
