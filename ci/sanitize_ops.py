@@ -59,6 +59,16 @@ def main() -> int:
         # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))
         calls += 1
+    for dtype, layout in itertools.product(DTYPES, ("row", "col_tma_packed")):
+        # rms_norm_quant's row kernels of 256 lanes: 70 rows of 7168 with the residual (3 or 4
+        # chunks a lane) and of 16384 without (8 chunks a lane).
+        x, w = rand(70, 7168, dtype=dtype), rand(7168, dtype=dtype)
+        read_back(
+            *fp8ops.rms_norm_quant(x, w, 1e-6, rand(70, 7168, dtype=dtype), 128, layout, layout.endswith("packed"), 4)
+        )
+        x, w = rand(70, 16384, dtype=dtype), rand(16384, dtype=dtype)
+        read_back(*fp8ops.rms_norm_quant(x, w, 1e-6, None, 128, layout, layout.endswith("packed"), 4))
+        calls += 2
     for dtype, layout in itertools.product((torch.bfloat16, torch.float16), ("row", "col_tma_packed")):
         # rms_norm_quant's pipelined row kernel: 2201 rows of 4096, more than two waves of blocks.
         x, w = rand(2201, 4096, dtype=dtype), rand(4096, dtype=dtype)

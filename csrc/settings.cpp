@@ -139,6 +139,12 @@ FP8OPS_C_API int64_t fp8ops_rms_pipelined(int64_t chunks, int64_t rows, int64_t 
                                static_cast<int>(elem_bytes), residual != 0, vec16 != 0, resident_blocks);
 }
 
+// fused_quant_launch.h's rms_whole_row for rows of `chunks` chunks: 1 where the row kernel knows
+// W = 256 at compile time.
+FP8OPS_C_API int64_t fp8ops_rms_whole_row(int64_t chunks, int64_t residual) {
+  return fp8ops::rms_whole_row(fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane), residual != 0);
+}
+
 FP8OPS_C_API int64_t fp8ops_row_grid_blocks(int64_t rows, int64_t rows_per_block, int64_t resident_per_sm,
                                             int64_t sm_count) {
   return fp8ops::row_grid_blocks(rows, static_cast<uint32_t>(rows_per_block), static_cast<int>(resident_per_sm),

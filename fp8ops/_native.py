@@ -31,6 +31,8 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_silu_table_used.restype = _I64
     lib.fp8ops_rms_pipelined.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64]
     lib.fp8ops_rms_pipelined.restype = _I64
+    lib.fp8ops_rms_whole_row.argtypes = [_I64, _I64]
+    lib.fp8ops_rms_whole_row.restype = _I64
     lib.fp8ops_row_grid_blocks.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
@@ -139,6 +141,12 @@ def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
     """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks,
     or 0 where the row kernel runs (include/fp8ops/fused_quant_launch.h)."""
     return _lib().fp8ops_rms_split_cluster(rows, chunks, sm_count)
+
+
+def rms_whole_row(chunks: int, residual: bool) -> bool:
+    """Whether rms_norm_quant's row kernel for rows of `chunks` chunks knows at compile time that a
+    row has 256 lanes (include/fp8ops/fused_quant_launch.h)."""
+    return bool(_lib().fp8ops_rms_whole_row(chunks, int(residual)))
 
 
 def rms_pipelined(chunks: int, rows: int, elem_bytes: int, residual: bool, vec16: bool, resident_blocks: int) -> bool:

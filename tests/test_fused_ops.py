@@ -720,9 +720,15 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # 768 and 384 (16 lanes), and the third too at 2560 (128 lanes: two warps have it).
     shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64), (400, 1536, 128), (600, 768, 64))
     shapes = (*shapes, (200, 2560, 128), (300, 384, 128))
+    # Rows of 256 lanes in the row kernel that knows W: 300 x 7168 above, 100 x 4096 (two chunks a
+    # lane; with the residual, the kernel that does not know W) and 70 x 16384 (eight).
+    shapes = (*shapes, (100, 4096, 128), (70, 16384, 128))
     # Both kernels run: the row kernel, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}
+    row_kernel = [D for M, D, _ in shapes if _native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) == 0]
+    assert {D for D in row_kernel if _native.rms_whole_row(D // 8, False)} == {4096, 7168, 16384}
+    assert {D for D in row_kernel if _native.rms_whole_row(D // 8, True)} == {7168, 16384}
     for M, D, gs in shapes:
         x = make_input((M, D), dtype, device="cuda", nonfinite=M == 17)
         w = make_input((D,), dtype, device="cuda")

@@ -367,6 +367,20 @@ def test_rms_pipelined():
     assert {c for c in range(4, 2049, 4) if pipelined(c, 1 << 20)} == {128, 256, 512}
 
 
+def test_rms_whole_row():
+    """Rows of 256 lanes (512 chunks or more) take the row kernel that knows W, except rows of two
+    chunks a lane with the residual (D = 4096 only); rows of fewer lanes keep W a launch argument."""
+    whole = _native.rms_whole_row
+    assert whole(896, False) and whole(896, True)  # D = 7168: 256 lanes of 3 or 4 chunks
+    assert whole(2048, False) and whole(2048, True)  # D = 16384: 8 chunks a lane
+    assert whole(512, False) and not whole(512, True)  # D = 4096: 2 chunks a lane
+    assert not whole(511, False) and not whole(192, False) and not whole(64, True)  # 128, 64 and 32 lanes
+    for chunks in range(1, 2049):
+        shape = _native.row_shape(chunks, "rms")
+        assert whole(chunks, True) == (shape["lanes"] == 256 and shape["chunks_per_lane"] > 2), chunks
+        assert whole(chunks, False) == (shape["lanes"] == 256), chunks
+
+
 def test_row_grid_caps():
     assert _native.row_grid_blocks(8192, 1, 2, 132) == 264  # silu_mul_quant: at most the resident blocks
     assert _native.row_grid_blocks(100, 4, 2, 132) == 25

@@ -301,7 +301,7 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, 
 // group's amax is reduced over the group_lanes lanes that hold its units, for all k at once.
 // Unit indices are 32-bit (a row of 2^32 chunks would not fit in a GPU's memory); addresses are
 // 64-bit.
-template <typename T, int kN, int kAdj = 1>
+template <typename T, int kN, int kAdj = 1, int kSure = 0>
 __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN * kAdj],
                                                    RowKind kind, int64_t e, int64_t t, uint32_t c0, uint32_t W,
                                                    uint32_t units, uint32_t group_lanes) {
@@ -313,7 +313,7 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   for (int k = 0; k < kN; ++k) {
     // The magnitudes of every unit, then those outside the row's data dropped by a select (a
     // unit's chunks need not hold values there).
-    const bool in = data && c0 + k * W < units;
+    const bool in = data && (k < kSure || c0 + k * W < units);
     bool nf;
     uint32_t m = raw_magnitude_bits_n<T, kAdj>(&a[k * kAdj], nf);
     nonfinite[k] = in && nf;
@@ -349,7 +349,7 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       const uint32_t c = c0 + k * W;
-      if (c >= units) break;
+      if (k >= kSure && c >= units) break;
       const float scale = kData ? group_scale(amax[k], o.eps, kUe8m0) : 0.0f;
       if (kData || codes_out) {
         uint2 codes[kAdj];
@@ -1021,18 +1021,23 @@ constexpr int kRmsMinBlocks = kMaxChunks * sizeof(T) > 8                        
                               : kRmsFirstWarpInverse<T, kVec, kMaxChunks, kResidual> ? 5
                                                                                      : 4;
 
-template <typename T, bool kVec, int kMaxChunks, bool kResidual, bool kPipe = false>
+template <typename T, bool kVec, int kMaxChunks, bool kResidual, bool kWhole, bool kPipe>
 __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxChunks, kResidual>)
     rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2, const uint32_t prefetch_blocks) {
   static_assert(!kPipe || (kVec && !kResidual), "a pipelined row is loaded 16 bytes at a time, with no residual");
+  static_assert(!kWhole || kMaxChunks >= 2, "a row of 256 lanes has at least 512 chunks");
   constexpr bool kFirstWarpInverse = kRmsFirstWarpInverse<T, kVec, kMaxChunks, kResidual>;
   __shared__ float warp_sums[kRowBlockThreads / 32];
   __shared__ float row_inv[kFirstWarpInverse ? kRowBlockThreads / 64 : 1];  // per row of W > 32 lanes
   // kPipe: two stages of the threads' chunks of a row, chunk k of thread i at k * 256 + i.
   __shared__ RawChunk<T> stages[kPipe ? 2 * kMaxChunks * kRowBlockThreads : 1];
-  const uint32_t W = 1u << lanes_log2;
-  const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
-  const uint32_t rows_per_block = kRowBlockThreads >> lanes_log2;
+  // kWhole: W = 256, a row per block, known to the compiler (its addresses, shuffles and tests).
+  const uint32_t W = kWhole ? kRowBlockThreads : 1u << lanes_log2;
+  const uint32_t lane = kWhole ? threadIdx.x : threadIdx.x & (W - 1);
+  const uint32_t slot = kWhole ? 0u : threadIdx.x >> lanes_log2;
+  const uint32_t rows_per_block = kRowBlockThreads / W;
+  // Chunk slots k < kSure hold a chunk of the row in every lane: row_shape gives C > kMaxChunks / 2 * W.
+  constexpr int kSure = kMaxChunks / 2 > 0 ? kMaxChunks / 2 : 1;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
   const int64_t D = p.out.D;
   const uint32_t chunks = static_cast<uint32_t>(D / kChunkElems);
@@ -1097,7 +1102,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
           const uint32_t c = lane + k * W;
-          const bool load = data && c < chunks;
+          const bool load = data && (k < kSure || c < chunks);
           r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, load);
           if constexpr (kResidual) {
             rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, load);
@@ -1107,13 +1112,13 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
         const uint32_t c = lane + k * W;
-        w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, data && c < chunks);
+        w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, data && (k < kSure || c < chunks));
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
         if (!slot_live(k)) continue;
         const uint32_t c = lane + k * W;
-        const bool load = data && c < chunks;
+        const bool load = data && (k < kSure || c < chunks);
         float v[kChunkElems];
         raw_to_floats<T>(r[k], v);
         if constexpr (kResidual) {
@@ -1154,7 +1159,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     for (int k = 0; k < kMaxChunks; ++k) {
       if (slot_live(k)) r[k] = rms_scaled<T>(r[k], w[k], inv);
     }
-    quant_store_chunks<T, kMaxChunks>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
+    quant_store_chunks<T, kMaxChunks, 1, kSure>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
   }
 }
 
@@ -1389,21 +1394,37 @@ cudaError_t launch_rms_row(const RmsNormQuantParams& p, const RowShape& s, int b
   return launch_kernel(kKernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);
 }
 
+// The row kernel of kC chunks a lane, pipelined where rms_pipelined says so.
+template <typename T, bool kVec, int kC, bool kResidual, bool kWhole>
+cudaError_t launch_rms_row_kernel(const RmsNormQuantParams& p, const RowShape& s, int sm_count, cudaStream_t stream,
+                                  bool pdl) {
+  if constexpr (kVec && !kResidual && sizeof(T) == 2 && kC == 2) {
+    constexpr auto kPiped = rms_norm_quant_kernel<T, kVec, kC, kResidual, kWhole, true>;
+    const int per_sm = resident_blocks_per_sm<kPiped>(kRowBlockThreads);
+    if (rms_pipelined(s, p.out.D / kChunkElems, p.T_s, sizeof(T), kResidual, kVec, int64_t(per_sm) * sm_count)) {
+      return launch_rms_row<kPiped>(p, s, per_sm, sm_count, stream, pdl);
+    }
+  }
+  return launch_rms_row<rms_norm_quant_kernel<T, kVec, kC, kResidual, kWhole, false>>(p, s, 0, sm_count, stream, pdl);
+}
+
+// More than four chunks a lane imply 256 lanes (row_shape): that kernel always knows W.
 template <typename T, bool kVec, bool kResidual>
 cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowShape& s, int sm_count,
                                        cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
-#define FP8OPS_RMS_LAUNCH(C)                                                                                        \
-  {                                                                                                                 \
-    constexpr int kC = C > 8 ? 8 : C;                                                                               \
-    if constexpr (kVec && !kResidual && sizeof(T) == 2 && kC == 2) {                                                \
-      constexpr auto kPiped = rms_norm_quant_kernel<T, kVec, kC, kResidual, true>;                                  \
-      const int per_sm = resident_blocks_per_sm<kPiped>(kRowBlockThreads);                                          \
-      if (rms_pipelined(s, p.out.D / kChunkElems, p.T_s, sizeof(T), kResidual, kVec, int64_t(per_sm) * sm_count)) { \
-        return launch_rms_row<kPiped>(p, s, per_sm, sm_count, stream, pdl);                                         \
-      }                                                                                                             \
-    }                                                                                                               \
-    return launch_rms_row<rms_norm_quant_kernel<T, kVec, kC, kResidual, false>>(p, s, 0, sm_count, stream, pdl);    \
+  const bool whole = rms_whole_row(s, kResidual);
+#define FP8OPS_RMS_LAUNCH(C)                                                                              \
+  {                                                                                                       \
+    constexpr int kC = C > 8 ? 8 : C;                                                                     \
+    if constexpr (rms_whole_kernel(kC, kResidual)) {                                                      \
+      if (whole) return launch_rms_row_kernel<T, kVec, kC, kResidual, true>(p, s, sm_count, stream, pdl); \
+    }                                                                                                     \
+    if constexpr (kC <= 4) {                                                                              \
+      return launch_rms_row_kernel<T, kVec, kC, kResidual, false>(p, s, sm_count, stream, pdl);           \
+    } else {                                                                                              \
+      return cudaErrorInvalidValue;                                                                       \
+    }                                                                                                     \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_RMS_LAUNCH)
 #undef FP8OPS_RMS_LAUNCH

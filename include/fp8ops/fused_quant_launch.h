@@ -36,6 +36,18 @@ inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count)
   return rows * cluster <= kRmsSplitBlocksPerSm * sm_count ? cluster : 0;
 }
 
+// Whether rms_norm_quant's row kernel for rows of 256 lanes (W = 256, a row per block) knows W at
+// compile time, which spares it instructions (its addresses, shuffles and tests): rows of more
+// than two chunks a lane, and of two without the residual. That kernel of two chunks with the
+// residual took more registers, so fewer blocks a multiprocessor, and was slower.
+constexpr bool rms_whole_kernel(uint32_t max_chunks, bool residual) {
+  return max_chunks >= 4 || (max_chunks == 2 && !residual);
+}
+
+inline bool rms_whole_row(const RowShape& s, bool residual) {
+  return s.lanes == kRowBlockThreads && rms_whole_kernel(row_max_chunks(s.chunks_per_lane), residual);
+}
+
 // Whether rms_norm_quant's row kernel is pipelined (fused_quant.cuh says how), for `rows` row
 // slots of `chunks` chunks, resident_blocks blocks of the pipelined kernel fitting at once: 16-bit
 // rows without a residual, loaded 16 bytes at a time, of 64 to 256 lanes of two chunks (D = 1024,
