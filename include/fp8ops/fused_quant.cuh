@@ -300,7 +300,7 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, 
 // their codes and, from each group's first lane, the scales. Every lane of the warp calls it: a
 // group's amax is reduced over the group_lanes lanes that hold its units, for all k at once.
 // Unit indices are 32-bit (a row of 2^32 chunks would not fit in a GPU's memory); addresses are
-// 64-bit.
+// 64-bit. The caller guarantees that slots k < kSure hold a unit in every lane (no bounds test).
 template <typename T, int kN, int kAdj = 1, int kSure = 0>
 __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN * kAdj],
                                                    RowKind kind, int64_t e, int64_t t, uint32_t c0, uint32_t W,
@@ -1036,7 +1036,8 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   const uint32_t lane = kWhole ? threadIdx.x : threadIdx.x & (W - 1);
   const uint32_t slot = kWhole ? 0u : threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads / W;
-  // Chunk slots k < kSure hold a chunk of the row in every lane: row_shape gives C > kMaxChunks / 2 * W.
+  // Chunk slots k < kSure hold a chunk of the row in every lane: row_shape gives W <= C and
+  // C > kMaxChunks / 2 * W.
   constexpr int kSure = kMaxChunks / 2 > 0 ? kMaxChunks / 2 : 1;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
   const int64_t D = p.out.D;
