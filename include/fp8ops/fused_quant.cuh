@@ -1089,6 +1089,8 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     // row's warps at D = 7168). Such slots are loaded as zeros; the warp skips their sum and
     // scaling, whose results would be those zeros.
     auto slot_live = [&](int k) { return kMaxChunks != 4 || k < 2 || (lane & ~31u) + k * W < chunks; };
+    // Whether this lane's chunk slot k holds a chunk of a data row (slots k < kSure always do).
+    auto in_row = [&](int k) { return data && (k < kSure || lane + k * W < chunks); };
     {
       const T* const x_row = x + t * p.x_stride;
       T* const res_row = kResidual ? res + t * p.r_stride : nullptr;
@@ -1103,23 +1105,21 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
           const uint32_t c = lane + k * W;
-          const bool load = data && (k < kSure || c < chunks);
-          r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, load);
+          r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
           if constexpr (kResidual) {
-            rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, load);
+            rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
           }
         }
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
         const uint32_t c = lane + k * W;
-        w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, data && (k < kSure || c < chunks));
+        w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
         if (!slot_live(k)) continue;
         const uint32_t c = lane + k * W;
-        const bool load = data && (k < kSure || c < chunks);
         float v[kChunkElems];
         raw_to_floats<T>(r[k], v);
         if constexpr (kResidual) {
@@ -1129,7 +1129,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
           for (int i = 0; i < kChunkElems; ++i) v[i] = add_rn(v[i], rv[i]);
           r[k] = floats_to_raw<T>(v);  // rounded to T; NaN canonical, as the residual is stored
           raw_to_floats<T>(r[k], v);
-          if (load) store_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, r[k]);
+          if (in_row(k)) store_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, r[k]);
         }
         // A chunk not loaded is zeros, and fma(0, 0, acc) is acc: no test needed.
 #pragma unroll
