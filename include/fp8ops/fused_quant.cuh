@@ -1325,7 +1325,7 @@ template <typename T, bool kVec, bool kMasked, int kAdj, bool kTable>
 cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, SiluPairSwitch pairs,
                                        int sm_count, cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
-  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+  const uint32_t lanes_log2 = row_lanes_log2(s);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
   // A pass of two-chunk units holds one: two per pass would double the registers in flight.
   constexpr int kMaxUnits = static_cast<int>(silu_pass_units(sizeof(T), kAdj));
@@ -1391,7 +1391,7 @@ cudaError_t launch_rms_row(const RmsNormQuantParams& p, const RowShape& s, int b
                            cudaStream_t stream, bool pdl) {
   const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, blocks_per_sm, sm_count);
   const uint32_t first_wave = first_wave_blocks<kKernel>(kRowBlockThreads, sm_count);
-  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+  const uint32_t lanes_log2 = row_lanes_log2(s);
   return launch_kernel(kKernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);
 }
 
@@ -1434,7 +1434,7 @@ cudaError_t launch_rms_norm_quant_impl(const RmsNormQuantParams& p, const RowSha
 template <typename T, bool kVec, bool kResidual>
 cudaError_t launch_rms_norm_quant_split(const RmsNormQuantParams& p, const RowShape& s, uint32_t cluster,
                                         cudaStream_t stream, bool pdl) {
-  const uint32_t lanes_log2 = 31 - __builtin_clz(s.lanes);
+  const uint32_t lanes_log2 = row_lanes_log2(s);
   const dim3 grid(static_cast<uint32_t>(p.T_s * cluster));
 #define FP8OPS_RMS_SPLIT_LAUNCH(K)                                                                                \
   return launch_kernel_clustered(rms_norm_quant_split_kernel<T, kVec, K, kResidual>, grid, dim3(32 * K), cluster, \

@@ -14,6 +14,9 @@ namespace fp8ops {
 constexpr uint32_t kRmsMaxChunksPerLane = 8;
 constexpr int64_t kRmsMaxD = int64_t(kRmsMaxChunksPerLane) * kChunkElems * kRowBlockThreads;
 
+// log2 of a row shape's lanes (a power of two), as the row kernels take it.
+inline uint32_t row_lanes_log2(const RowShape& s) { return 31 - __builtin_clz(s.lanes); }
+
 // The chunks per lane a kernel is compiled for: the next power of two, at most 16 (more chunks
 // run in further trips of the unrolled loop's kernel of 16).
 inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
@@ -165,8 +168,7 @@ inline SiluPairSwitch silu_masked_pairs(int64_t chunks, const SiluShape& s, bool
   const RowShape pair = row_shape(chunks / 2, kSiluChunksPerLane);
   if (pair.lanes < 32) return {0, 0};
   const int64_t rows = (kSiluMaskedPairChunksPerSm * sm_count + chunks - 1) / chunks;
-  const uint32_t lanes_log2 = 31 - __builtin_clz(pair.lanes);  // as the launch takes silu_shape's lanes
-  return {static_cast<uint32_t>(std::min<int64_t>(rows, 0x7FFFFFFF)), lanes_log2};
+  return {static_cast<uint32_t>(std::min<int64_t>(rows, 0x7FFFFFFF)), row_lanes_log2(pair)};
 }
 
 // Blocks of the grid that strides over rows: enough for every row, at most
