@@ -59,6 +59,12 @@ def main() -> int:
         # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))
         calls += 1
+    for dtype, layout in itertools.product(DTYPES[:2], LAYOUTS):
+        # 70 rows of 4096, q padding rows: per_token row blocks (fp32 scales; 8-row blocks if MN-major).
+        x = rand(70, 4096, dtype=dtype)
+        x[3, 5] = float("nan")
+        read_back(*fp8ops.per_token_group_quant(x, 128, layout, ue8m0=dtype == torch.float16, pad_rows_to=4))
+        calls += 1
     for dtype, layout in itertools.product(DTYPES, ("row", "col_tma_packed")):
         # rms_norm_quant's row kernels of 256 lanes: 70 rows of 7168 with the residual (3 or 4
         # chunks a lane) and of 16384 without (8 chunks a lane).

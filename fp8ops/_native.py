@@ -61,9 +61,10 @@ def group_quant_launch(problem: dict) -> dict:
     """The group quantization kernel's launch shape (include/fp8ops/group_quant_launch.h)."""
     keys = ("T", "G", "D", "T_q", "T_s", "s_stride_t", "s_stride_g", "s_stride_s", "group_size", "packed")
     vals = [int(problem[k]) for k in keys] + [problem["elem_bytes"], int(problem["x_aligned"]), problem["sm_count"]]
-    out = (_I64 * 10)()
+    out = (_I64 * 11)()
     _lib().fp8ops_group_quant_launch((_I64 * 13)(*vals), out)
-    names = ("unroll", "map", "grid_x", "grid_y", "block_x", "block_y", "rows", "row_divisor", "gather_words", "vec16")
+    names = ("unroll", "map", "grid_x", "grid_y", "block_x", "block_y", "rows", "row_divisor", "gather_words")
+    names += ("vec16", "row_blocks")
     res = dict(zip(names, out, strict=True))
     res["map"] = ("rows_apart", "mn_rows", "groups")[res["map"]]
     return res

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from fp8ops import _layout
+
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -122,3 +124,20 @@ def poisoned_call(op, x, *args, **kwargs):
     q, s = op(x, *args, **kwargs)
     assert {q.data_ptr(), s.data_ptr()} <= ptrs, "the outputs did not reuse the poisoned blocks"
     return q, s
+
+
+H200_SMS = 132
+
+
+def per_token_problem(M, K, layout, group_size=128, elem_bytes=2, pad_rows_to=1, x_aligned=True, sms=H200_SMS):
+    """The group quantization launch problem (fp8ops._native.group_quant_launch) of a per-token
+    call on M x K, as the op builds it; sms is the H200's multiprocessor count by default."""
+    S = K // group_size
+    sizes, strides, _ = _layout.per_token_scale_geometry(M, S, layout, pad_rows_to)
+    Mp = sizes[0]
+    T_s = strides[1] if layout in ("col_tma", "col_tma_packed") else Mp
+    return dict(
+        T=M, G=1, D=K, T_q=Mp, T_s=T_s, s_stride_t=strides[0], s_stride_g=0, s_stride_s=strides[1],
+        group_size=group_size, packed=layout == "col_tma_packed", elem_bytes=elem_bytes, x_aligned=x_aligned,
+        sm_count=sms,
+    )  # fmt: skip

@@ -6,24 +6,12 @@ import itertools
 
 import pytest
 import torch
+from helpers import H200_SMS, per_token_problem
 
 import fp8ops
 from fp8ops import _layout, _native
 
-H200_SMS = 132
 H200_L2 = 60 << 20
-
-
-def per_token_problem(M, K, layout, group_size=128, elem_bytes=2, pad_rows_to=1, x_aligned=True, sms=H200_SMS):
-    S = K // group_size
-    sizes, strides, _ = _layout.per_token_scale_geometry(M, S, layout, pad_rows_to)
-    Mp = sizes[0]
-    T_s = strides[1] if layout in ("col_tma", "col_tma_packed") else Mp
-    return dict(
-        T=M, G=1, D=K, T_q=Mp, T_s=T_s, s_stride_t=strides[0], s_stride_g=0, s_stride_s=strides[1],
-        group_size=group_size, packed=layout == "col_tma_packed", elem_bytes=elem_bytes, x_aligned=x_aligned,
-        sm_count=sms,
-    )  # fmt: skip
 
 
 def group_major_problem(T, G, D, packed, sms=H200_SMS):
@@ -35,16 +23,20 @@ def group_major_problem(T, G, D, packed, sms=H200_SMS):
 
 
 def shape(c):
+    if c["row_blocks"]:
+        return ("row_blocks", c["map"], (c["block_x"], c["grid_x"]))
     return (c["unroll"], c["map"], (c["block_x"], c["block_y"]))
 
 
 # (M, K, layout) -> (units per thread, unit map, block) on the H200 (bf16: 16 elements, so 8 lanes
 # per group of 128): one row per thread on grids under four waves of 6 x 132 blocks of 256
 # threads, with col_tma's rows along a warp, in blocks of 128 threads, or of 256 or 512 where that
-# gives a grid of 66 to 132 full blocks (in the row layout at K = 7168, about 40 to 144 rows);
+# gives a grid of 66 to 132 full blocks (at K = 7168 about 40 to 66 rows, 144 with packed scales);
 # beyond, pairs of MN-major rows (col, col_tma, packed) or pairs of groups (row). blockDim.x is the
 # largest power of two up to 256 dividing the row's chunks (448 at K = 7168, 128 at 2048, 1024 at
-# 16384; 224 for pairs of groups at 7168).
+# 16384; 224 for pairs of groups at 7168). From 67 to 1056 rows of K = 7168 with fp32 scales, a
+# block per row, or with MN-major scales a block per 8 rows of 7 groups ("row_blocks": (block,
+# grid)).
 PER_TOKEN_SHAPES = {
     (1, 7168, "row"): (1, "rows_apart", (64, 1)),
     (1, 7168, "col_tma"): (1, "rows_apart", (64, 1)),
@@ -52,11 +44,15 @@ PER_TOKEN_SHAPES = {
     (64, 7168, "row"): (1, "rows_apart", (64, 4)),
     (48, 7168, "row"): (1, "rows_apart", (64, 4)),
     (48, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
-    (96, 7168, "row"): (1, "rows_apart", (64, 8)),
-    (96, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
+    (96, 7168, "row"): ("row_blocks", "rows_apart", (448, 96)),
+    (96, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 96)),
     (128, 7168, "col_tma_packed"): (1, "rows_apart", (64, 8)),
-    (128, 7168, "row"): (1, "rows_apart", (64, 8)),
-    (160, 7168, "row"): (1, "rows_apart", (64, 2)),
+    (128, 7168, "row"): ("row_blocks", "rows_apart", (448, 128)),
+    (100, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 104)),
+    (66, 7168, "row"): (1, "rows_apart", (64, 2)),
+    (160, 7168, "row"): ("row_blocks", "rows_apart", (448, 160)),
+    (1056, 7168, "row"): ("row_blocks", "rows_apart", (448, 1056)),
+    (1056, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 1056)),
     (2048, 7168, "row"): (2, "groups", (32, 8)),
     (2048, 7168, "col"): (2, "mn_rows", (64, 4)),
     (2047, 7168, "col"): (4, "rows_apart", (64, 4)),
@@ -98,6 +94,11 @@ def test_group_quant_grid_covers_the_work(layout):
         c = _native.group_quant_launch(per_token_problem(M, K, layout, gs, eb))
         vec = 32 // eb
         lanes = gs // vec
+        if c["row_blocks"]:  # a thread per chunk of a row; a block per row, or per 8 rows (MN-major)
+            p = per_token_problem(M, K, layout, gs, eb)
+            assert c["block_x"] == K // vec and c["grid_y"] == 1 and c["block_y"] == 1
+            assert c["grid_x"] == (-(-p["T_s"] // 8) * 8 if c["map"] == "mn_rows" else p["T_s"])
+            continue
         assert c["block_x"] * c["block_y"] <= (512 if c["unroll"] == 1 else 256)
         assert c["block_x"] % lanes == 0 or c["block_x"] >= K // vec
         chunks = K // vec if c["map"] != "groups" else -(-(K // gs) // 2) * lanes
@@ -114,10 +115,35 @@ def test_group_quant_small_grids_take_larger_blocks_for_one_block_per_sm():
     otherwise 128 threads."""
     for M, K, layout, sms in itertools.product(range(1, 300, 7), (2048, 7168, 16384), ("row", "col_tma"), (132, 78)):
         c = _native.group_quant_launch(per_token_problem(M, K, layout, sms=sms))
-        if c["unroll"] != 1:
+        if c["unroll"] != 1 or c["row_blocks"]:
             continue
         threads, blocks = c["block_x"] * c["block_y"], c["grid_x"] * c["grid_y"]
         assert threads <= 128 or (sms / 2 <= blocks <= sms and M % c["block_y"] == 0), (M, K, layout, sms, c)
+
+
+def test_group_quant_row_blocks_rule():
+    """group_quant_row_kernel takes per-token rows of 16-bit x in groups of 128 whose 32-byte chunks
+    fill a block of 256 to 512 threads in whole warps, with fp32 scales (MN-major ones: S % 8 ==
+    0), aligned for 16-byte loads, over more than half the multiprocessors' count of rows and up
+    to 8 rows a multiprocessor; never several groups a token (group-major inputs with G > 1)."""
+    layouts = ("row", "col", "col_tma", "col_tma_packed")
+    for M, K, gs, eb, layout, sms, pad in itertools.product(
+        (1, 38, 39, 40, 66, 67, 78, 132, 624, 625, 1056, 1057, 4097),
+        (2048, 3584, 4096, 5120, 7168, 8192, 8704),
+        (64, 128),
+        (2, 4),
+        layouts,
+        (132, 78),
+        (1, 4),
+    ):
+        p = per_token_problem(M, K, layout, gs, eb, pad_rows_to=pad, sms=sms)
+        chunks, S, rows = K * eb // 32, K // gs, p["T_q"]
+        mn = layout in ("col", "col_tma")
+        want = (gs == 128 and eb == 2 and layout != "col_tma_packed" and chunks % 32 == 0 and 256 <= chunks <= 512
+                and (S % 8 == 0 or not mn) and 2 * rows > sms and rows <= 8 * sms)  # fmt: skip
+        assert _native.group_quant_launch(p)["row_blocks"] == want, (M, K, gs, eb, layout, sms, pad)
+    assert not _native.group_quant_launch(per_token_problem(128, 7168, "row", x_aligned=False))["row_blocks"]
+    assert not _native.group_quant_launch(group_major_problem(512, 16, 512, False))["row_blocks"]
 
 
 def test_group_quant_misaligned_input_takes_element_loads():

@@ -14,13 +14,14 @@ from helpers import (
     every_exponent_input,
     make_input,
     misaligned,
+    per_token_problem,
     poisoned_call,
     raw_bytes,
     strided_rows,
 )
 
 import fp8ops
-from fp8ops import _layout
+from fp8ops import _layout, _native
 from fp8ops import reference as ref
 
 LAYOUTS = ("row", "col", "col_tma", "col_tma_packed")
@@ -277,6 +278,27 @@ def test_cuda_large_grid_paths():
         cuda_equals_cpu(strided_rows(base, 64), 64, layout, True, 1, 1e-10)
         cuda_equals_cpu(misaligned(base), 64, layout, False, 4, 1e-10)
         cuda_equals_cpu(make_input((4099, 32 * 93), dtype, device="cuda"), 32, layout, False, 1, 1e-10)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
+def test_cuda_row_blocks(dtype):
+    """Grids that take group_quant_row_kernel (fp32 scales: a block per row, or per 8 rows of S / 8
+    groups with MN-major scales), at both ends of its row range and with row counts that leave
+    part of the last 8 rows empty: every fp32 layout (packed scales keep the general kernel),
+    UE8M0, q and scale padding rows, non-finite values (in some warps only), bit for bit against
+    the CPU kernel, over poisoned outputs."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    for M, K in ((sms // 2 + 1, 7168), (sms - 3, 4096), (8 * sms - 9, 7168), (2 * sms + 5, 8192)):
+        x = make_input((M, K), dtype, device="cuda", nonfinite=True)
+        x[M // 2 :, :] = x[M // 2 :, :].nan_to_num(0.0, 0.0, 0.0)  # finite warps beside non-finite ones
+        for layout, ue8m0, pad in itertools.product(LAYOUTS, (False, True), (1, 4, 16)):
+            c = _native.group_quant_launch(per_token_problem(M, K, layout, pad_rows_to=pad, sms=sms))
+            assert c["row_blocks"] == (layout != "col_tma_packed"), (M, K, layout, pad)
+            args = (128, layout, ue8m0, pad, 1e-10)
+            q, s = poisoned_call(fp8ops.per_token_group_quant, x, *args)
+            cq, cs = fp8ops.per_token_group_quant(x.cpu(), *args)
+            assert_same_quant(q, s, cq, cs, f"row blocks {M} x {K} {dtype} {args}")
 
 
 @pytest.mark.gpu

@@ -47,9 +47,11 @@ __device__ __forceinline__ float2 scaled_pair(const uint32_t word, const float r
   return make_float2(f.x * r, f.y * r);
 }
 
-// e4m3 codes of one thread's 16 bytes of x, little-endian in 32-bit words.
+// e4m3 codes of one thread's 16 bytes of x, little-endian in 32-bit words; NaN codes to 0 unless
+// the caller knows that no element is a NaN (maybe_nan false).
 template <typename T>
-__device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint32_t (&codes)[sizeof(T) == 4 ? 1 : 2]) {
+__device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint32_t (&codes)[sizeof(T) == 4 ? 1 : 2],
+                                           const bool maybe_nan = true) {
   if constexpr (sizeof(T) == 4) {
     const uint32_t lo = e4m3x2_bits_device(bits_float(raw.x) * r, bits_float(raw.y) * r);
     const uint32_t hi = e4m3x2_bits_device(bits_float(raw.z) * r, bits_float(raw.w) * r);
@@ -57,9 +59,28 @@ __device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint3
   } else {
     const float2 a = scaled_pair<T>(raw.x, r), b = scaled_pair<T>(raw.y, r);
     const float2 c = scaled_pair<T>(raw.z, r), d = scaled_pair<T>(raw.w, r);
-    codes[0] = zero_nan_codes(e4m3x2_bits_device(a.x, a.y) | (e4m3x2_bits_device(b.x, b.y) << 16));
-    codes[1] = zero_nan_codes(e4m3x2_bits_device(c.x, c.y) | (e4m3x2_bits_device(d.x, d.y) << 16));
+    codes[0] = e4m3x2_bits_device(a.x, a.y) | (e4m3x2_bits_device(b.x, b.y) << 16);
+    codes[1] = e4m3x2_bits_device(c.x, c.y) | (e4m3x2_bits_device(d.x, d.y) << 16);
+    if (maybe_nan) codes[0] = zero_nan_codes(codes[0]), codes[1] = zero_nan_codes(codes[1]);
   }
+}
+
+// The largest magnitude of a thread's 16 elements of a 16-bit T, as T's bits (the order of the
+// bit patterns of non-negative floats is the order of their values), and whether it is an inf or
+// a NaN: only then are the finite filter and the zeroing of NaN codes needed.
+template <typename T>
+__device__ __forceinline__ uint32_t magnitude_bits16(const uint4 (&raw)[2], bool& nonfinite) {
+  constexpr uint32_t kInf = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
+  uint32_t m = 0u;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint4 w = raw[h];
+    m = __vmaxu2(
+        m, __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu)));
+  }
+  m = max(m & 0xFFFFu, m >> 16);
+  nonfinite = m >= kInf;
+  return m;
 }
 
 struct RowMap {
@@ -311,6 +332,71 @@ __global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGr
   if (!kMnVec && pad_pending) zero_pad_rows();
 }
 
+// Per-token rows of group_quant_row_blocks (group_quant_launch.h): 16-bit x, groups of 128, rows
+// of whole warps of 32-byte chunks, fp32 scales. Row-major scales (kMn false): a block per row,
+// thread c holding elements [16 c, 16 c + 16). MN-major scales (kMn): a block per 8 rows and S / 8
+// groups, a warp per 4 rows of one group, so that one block writes the scales of 8 consecutive
+// rows of a group (a 32-byte sector); a sector written piecemeal by 8 blocks was slower. The only
+// work after the wait for the previous grid is the row's own: a thread's indices, no row loop,
+// and the finite filter and the zeroing of NaN codes only in a warp that holds an inf or a NaN.
+template <typename T, bool kMn>
+__global__ void __launch_bounds__(kGroupQuantOneWaveThreads, 2) group_quant_row_kernel(const GroupQuantParams p) {
+  static_assert(sizeof(T) == 2, "16-bit x");
+  constexpr int kVec = kThreadBytes / sizeof(T), kHalf = kVec / 2, kLanes = 128 / kVec;
+  uint32_t c, s;
+  int64_t t;
+  if constexpr (kMn) {
+    const uint32_t w = threadIdx.x >> 5, l = threadIdx.x & 31u;
+    s = (blockIdx.x & 7u) * (blockDim.x >> 6) + (w >> 1);
+    t = static_cast<int64_t>(blockIdx.x >> 3) * 8 + (w & 1u) * 4 + l / kLanes;
+    c = s * kLanes + (l % kLanes);
+  } else {
+    c = threadIdx.x;
+    s = c / kLanes;
+    t = blockIdx.x;
+  }
+  const bool data = t < p.T;
+  const T* src = static_cast<const T*>(p.x) + t * p.x_stride_t + c * kVec;
+  if (data && (reinterpret_cast<uintptr_t>(src) & 127) < kThreadBytes) prefetch_l2(src);
+  wait_for_prior_grid();
+  allow_next_grid();
+  uint4 raw[2] = {make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
+  if (data) {
+    raw[0] = *reinterpret_cast<const uint4*>(src);
+    raw[1] = *reinterpret_cast<const uint4*>(src + kHalf);
+  }
+  bool nf;
+  const uint32_t m = magnitude_bits16<T>(raw, nf);
+  const bool any_nf = __any_sync(0xFFFFFFFFu, nf);
+  float amax;
+  if (any_nf) {
+    amax = fmaxf(thread_amax<T>(raw[0]), thread_amax<T>(raw[1]));
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    amax = bits_float(m << 16);
+  } else {
+    amax = __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
+  }
+#pragma unroll
+  for (int o = kLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  const float scale = group_scale(amax, p.eps, p.ue8m0);
+  const float rcp = group_reciprocal(scale, p.ue8m0);
+  uint32_t codes[2][2];
+  quantize16<T>(raw[0], rcp, codes[0], false);
+  quantize16<T>(raw[1], rcp, codes[1], false);
+  if (any_nf) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) codes[h][0] = zero_nan_codes(codes[h][0]), codes[h][1] = zero_nan_codes(codes[h][1]);
+  }
+  if (t < p.T_q) {
+    *reinterpret_cast<uint4*>(p.q + t * p.D + c * kVec) =
+        make_uint4(codes[0][0], codes[0][1], codes[1][0], codes[1][1]);
+  }
+  // Rows of the last 8 past T_s (kMn) have no scale.
+  if (c % kLanes == 0 && (!kMn || t < p.T_s)) {
+    static_cast<float*>(p.scale)[t * p.s_stride_t + s * p.s_stride_s] = data ? scale : 0.0f;
+  }
+}
+
 // Launches kKernel with the shape c; the blocks of its first wave (those that can start while the
 // previous grid is finishing) prefetch their first lines.
 template <auto kKernel>
@@ -347,6 +433,13 @@ cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStre
   // Rows (of q, or of the padded scales) index with 31 bits.
   if (p.T_s * p.G >= (int64_t(1) << 31) || p.T_q * p.G >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
   const GroupQuantLaunch c = group_quant_launch(p, sizeof(T), sm_count);
+  if constexpr (sizeof(T) == 2) {
+    if (c.row_blocks) {
+      return c.map == UnitMap::kMnRows
+                 ? launch_kernel(group_quant_row_kernel<T, true>, dim3(c.grid_x), dim3(c.block_x), stream, pdl, p)
+                 : launch_kernel(group_quant_row_kernel<T, false>, dim3(c.grid_x), dim3(c.block_x), stream, pdl, p);
+    }
+  }
 #define FP8OPS_GROUP_CASE(GS)                                                           \
   case GS:                                                                              \
     return c.vec16 ? launch_group_quant_shape<T, GS, true>(c, p, sm_count, stream, pdl) \

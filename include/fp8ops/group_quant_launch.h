@@ -9,12 +9,13 @@
 
 namespace fp8ops {
 
-constexpr int kGroupQuantThreads = 256;         // per block on large grids
-constexpr int kGroupQuantSmallThreads = 128;    // per block on small grids (one row per thread)
-constexpr int kGroupQuantOneWaveThreads = 512;  // at most, per block on grids of a block per SM
-constexpr int kGroupQuantWaveBlocks = 6;        // resident blocks per SM assumed when counting waves
-constexpr int kGroupQuantUnrollWaves = 4;       // waves of 256-thread blocks from which units unroll
-constexpr int kThreadBytes = 32;                // bytes of x per thread and row: two 16-byte loads
+constexpr int kGroupQuantThreads = 256;          // per block on large grids
+constexpr int kGroupQuantSmallThreads = 128;     // per block on small grids (one row per thread)
+constexpr int kGroupQuantOneWaveThreads = 512;   // at most, per block on grids of a block per SM
+constexpr int kGroupQuantWaveBlocks = 6;         // resident blocks per SM assumed when counting waves
+constexpr int kGroupQuantUnrollWaves = 4;        // waves of 256-thread blocks from which units unroll
+constexpr int kThreadBytes = 32;                 // bytes of x per thread and row: two 16-byte loads
+constexpr int kGroupQuantRowBlockRowsPerSm = 8;  // rows per SM up to which row blocks run
 
 // How a thread's kUnroll units (rows, or groups of one row) map to the work grid (t, g, s):
 //  - kRowsApart: row r = t * G + g over the T_q * G rows of q; a thread's units are rows
@@ -39,7 +40,24 @@ struct GroupQuantLaunch {
   uint32_t row_divisor;  // what a row index is divided by: G, or T_s with kMnRows
   bool gather_words;     // packed words gathered by shuffles and stored whole
   bool vec16;            // 16-byte loads of x
+  bool row_blocks;       // group_quant_row_kernel (group_quant_row_blocks); map kMnRows: 8-row blocks
 };
+
+// Whether a problem takes group_quant_row_kernel: per-token rows (G == 1) of 16-bit x with 16-byte
+// loads in groups of 128, whose 32-byte chunks fill a block of 256 to 512 threads (K = 4096 to
+// 8192) in whole warps, fp32 scales (MN-major ones when the row's groups split into 8 slices,
+// S % 8 == 0), and more rows than half the multiprocessors, up to kGroupQuantRowBlockRowsPerSm per
+// multiprocessor. On those grids the general kernel's row tiles and strided loops were a large
+// share of a thread's instructions. Past them its unrolled kernel, with more bytes in flight per
+// thread, is faster. Packed scales keep it too: blocks of a row each wrote their byte of a word
+// column's 32-byte sectors, and at about a row per multiprocessor that measured slower.
+inline bool group_quant_row_blocks(const GroupQuantParams& p, int elem_bytes, bool vec16, int sm_count) {
+  const int64_t chunks = p.D * elem_bytes / kThreadBytes;
+  return p.G == 1 && elem_bytes == 2 && vec16 && p.group_size == 128 && !p.packed && chunks % 32 == 0 &&
+         2 * chunks >= kGroupQuantOneWaveThreads && chunks <= kGroupQuantOneWaveThreads &&
+         (p.s_stride_t != 1 || p.S % 8 == 0) && 2 * p.T_q > sm_count &&
+         p.T_q <= static_cast<int64_t>(kGroupQuantRowBlockRowsPerSm) * sm_count;
+}
 
 // elem_bytes: 2 (bf16, fp16) or 4 (fp32). The problem must be non-empty, with a supported group
 // size and fewer than 2^31 rows (launch_group_quant checks both).
@@ -132,6 +150,21 @@ inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_b
   // 16 bytes (32 bytes per thread, group sizes of at least 32 elements).
   c.vec16 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride_t * elem_bytes) % 16 == 0 &&
             (p.x_stride_g * elem_bytes) % 16 == 0;
+  c.row_blocks = group_quant_row_blocks(p, elem_bytes, c.vec16, sm_count);
+  if (c.row_blocks) {
+    // A block per row of the T_s scale rows, a thread per chunk; with MN-major scales a block per
+    // 8 rows and S / 8 groups (8 blocks per 8 rows).
+    const bool mn = p.s_stride_t == 1;
+    c.unroll = 1;
+    c.map = mn ? UnitMap::kMnRows : UnitMap::kRowsApart;
+    c.block_x = static_cast<uint32_t>(p.D / vec);
+    c.block_y = 1;
+    c.grid_x = static_cast<uint32_t>(mn ? (p.T_s + 7) / 8 * 8 : p.T_s);
+    c.grid_y = 1;
+    c.rows = static_cast<uint32_t>(p.T_s);
+    c.row_divisor = 1;
+    c.gather_words = false;
+  }
   return c;
 }
 
