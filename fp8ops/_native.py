@@ -63,8 +63,10 @@ def group_quant_launch(problem: dict) -> dict:
     vals = [int(problem[k]) for k in keys] + [problem["elem_bytes"], int(problem["x_aligned"]), problem["sm_count"]]
     out = (_I64 * 11)()
     _lib().fp8ops_group_quant_launch((_I64 * 13)(*vals), out)
-    names = ("unroll", "map", "grid_x", "grid_y", "block_x", "block_y", "rows", "row_divisor", "gather_words")
-    names += ("vec16", "row_blocks")
+    names = (
+        "unroll", "map", "grid_x", "grid_y", "block_x", "block_y", "rows", "row_divisor", "gather_words", "vec16",
+        "row_blocks",
+    )  # fmt: skip
     res = dict(zip(names, out, strict=True))
     res["map"] = ("rows_apart", "mn_rows", "groups")[res["map"]]
     return res
