@@ -1074,15 +1074,27 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     }
     cp_async_commit();
   };
+  // The weight's chunks: loaded with each row (its latency hides behind the row's), or once by a
+  // pipelined block, whose row comes from shared memory and would wait for them; kept over the rows
+  // of the other kernels, they took registers.
+  RawChunk<T> w[kMaxChunks];
+  if constexpr (kPipe) {
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      const uint32_t c = lane + k * W;
+      w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, k < kSure || c < chunks);
+    }
+  }
   uint32_t stage = 0;
   if constexpr (kPipe) stage_row(static_cast<int64_t>(blockIdx.x) * rows_per_block, 0);
   for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < p.T_s; v0 += row_step) {
     const int64_t t = v0 + slot;
     const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
     const bool data = kind == RowKind::kData;
-    // Every load of the row first (x, the residual and the weight), then r = T(x + residual) kept
-    // raw. kPipe: the next row's copy starts, then this row's (started a row earlier) is read.
-    RawChunk<T> r[kMaxChunks], w[kMaxChunks];
+    // Every load of the row first (x, the residual and, but in kPipe, the weight), then
+    // r = T(x + residual) kept raw. kPipe: the next row's copy starts, then this row's (started a
+    // row earlier) is read.
+    RawChunk<T> r[kMaxChunks];
     float acc = 0.0f;
     // Kernels of four chunks a lane: slot k holds no chunk of the row in any lane of the warp
     // when the warp's first lane has none there (the fourth at D = 1536; in the upper half of the
@@ -1111,10 +1123,12 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
           }
         }
       }
+      if constexpr (!kPipe) {
 #pragma unroll
-      for (int k = 0; k < kMaxChunks; ++k) {
-        const uint32_t c = lane + k * W;
-        w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
+        for (int k = 0; k < kMaxChunks; ++k) {
+          const uint32_t c = lane + k * W;
+          w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
+        }
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
