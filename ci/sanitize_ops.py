@@ -60,7 +60,7 @@ def main() -> int:
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))
         calls += 1
     for dtype, layout in itertools.product(DTYPES[:2], LAYOUTS):
-        # 70 rows of 4096, q padding rows: per_token row blocks (fp32 scales; 8-row blocks if MN-major).
+        # 70 rows of 4096, q padding rows: per_token row blocks (a block per row; per 8 rows if MN-major).
         x = rand(70, 4096, dtype=dtype)
         x[3, 5] = float("nan")
         read_back(*fp8ops.per_token_group_quant(x, 128, layout, ue8m0=dtype == torch.float16, pad_rows_to=4))

@@ -83,7 +83,8 @@ def test_parity_with_deep_gemm_per_token_cast(ue8m0):
 
 def test_packed_ue8m0_equals_deep_gemm_packer():
     dg = deep_gemm()
-    for M, K in ((1, 7168), (5, 896), (130, 2048), (4097, 512)):
+    # 130 x 7168 and 301 x 4096 take the row blocks (group_quant_row_kernel) on an H200.
+    for M, K in ((1, 7168), (5, 896), (130, 2048), (130, 7168), (301, 4096), (4097, 512)):
         x = make_input((M, K), torch.bfloat16, device="cuda")
         _, s_fp32 = fp8ops.per_token_group_quant(x, 128, "row", ue8m0=True)
         _, packed = fp8ops.per_token_group_quant(x, 128, "col_tma_packed")

@@ -24,7 +24,7 @@ def group_major_problem(T, G, D, packed, sms=H200_SMS):
 
 def shape(c):
     if c["row_blocks"]:
-        return ("row_blocks", c["map"], (c["block_x"], c["grid_x"]))
+        return ("row_blocks", c["map"], (c["block_x"], c["grid_x"], c["grid_y"]))
     return (c["unroll"], c["map"], (c["block_x"], c["block_y"]))
 
 
@@ -34,9 +34,8 @@ def shape(c):
 # gives a grid of 66 to 132 full blocks (at K = 7168 about 40 to 66 rows, 144 with packed scales);
 # beyond, pairs of MN-major rows (col, col_tma, packed) or pairs of groups (row). blockDim.x is the
 # largest power of two up to 256 dividing the row's chunks (448 at K = 7168, 128 at 2048, 1024 at
-# 16384; 224 for pairs of groups at 7168). From 67 to 1056 rows of K = 7168 with fp32 scales, a
-# block per row, or with MN-major scales a block per 8 rows of 7 groups ("row_blocks": (block,
-# grid)).
+# 16384; 224 for pairs of groups at 7168). From 67 to 1056 rows of K = 7168, a block per row, or
+# with MN-major scales 8 blocks per 8 rows ("row_blocks": (block, grid_x, grid_y)).
 PER_TOKEN_SHAPES = {
     (1, 7168, "row"): (1, "rows_apart", (64, 1)),
     (1, 7168, "col_tma"): (1, "rows_apart", (64, 1)),
@@ -44,15 +43,18 @@ PER_TOKEN_SHAPES = {
     (64, 7168, "row"): (1, "rows_apart", (64, 4)),
     (48, 7168, "row"): (1, "rows_apart", (64, 4)),
     (48, 7168, "col_tma"): (1, "rows_apart", (8, 16)),
-    (96, 7168, "row"): ("row_blocks", "rows_apart", (448, 96)),
-    (96, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 96)),
-    (128, 7168, "col_tma_packed"): (1, "rows_apart", (64, 8)),
-    (128, 7168, "row"): ("row_blocks", "rows_apart", (448, 128)),
-    (100, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 104)),
+    (96, 7168, "row"): ("row_blocks", "rows_apart", (448, 96, 1)),
+    (96, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 96, 1)),
+    (128, 7168, "col_tma_packed"): ("row_blocks", "mn_rows", (448, 128, 1)),
+    (1056, 4096, "col_tma_packed"): ("row_blocks", "mn_rows", (256, 1056, 1)),
+    (1056, 4608, "col_tma_packed"): ("row_blocks", "mn_rows", (288, 1056, 1)),
+    (44, 7168, "col_tma_packed"): (1, "rows_apart", (64, 4)),
+    (128, 7168, "row"): ("row_blocks", "rows_apart", (448, 128, 1)),
+    (100, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 104, 1)),
     (66, 7168, "row"): (1, "rows_apart", (64, 2)),
-    (160, 7168, "row"): ("row_blocks", "rows_apart", (448, 160)),
-    (1056, 7168, "row"): ("row_blocks", "rows_apart", (448, 1056)),
-    (1056, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 1056)),
+    (160, 7168, "row"): ("row_blocks", "rows_apart", (448, 160, 1)),
+    (1056, 7168, "row"): ("row_blocks", "rows_apart", (448, 1056, 1)),
+    (1056, 7168, "col_tma"): ("row_blocks", "mn_rows", (448, 1056, 1)),
     (2048, 7168, "row"): (2, "groups", (32, 8)),
     (2048, 7168, "col"): (2, "mn_rows", (64, 4)),
     (2047, 7168, "col"): (4, "rows_apart", (64, 4)),
@@ -94,7 +96,7 @@ def test_group_quant_grid_covers_the_work(layout):
         c = _native.group_quant_launch(per_token_problem(M, K, layout, gs, eb))
         vec = 32 // eb
         lanes = gs // vec
-        if c["row_blocks"]:  # a thread per chunk of a row; a block per row, or per 8 rows (MN-major)
+        if c["row_blocks"]:  # a thread per chunk of a row; a block per row, or 8 per 8 rows (MN-major)
             p = per_token_problem(M, K, layout, gs, eb)
             assert c["block_x"] == K // vec and c["grid_y"] == 1 and c["block_y"] == 1
             assert c["grid_x"] == (-(-p["T_s"] // 8) * 8 if c["map"] == "mn_rows" else p["T_s"])
@@ -123,9 +125,10 @@ def test_group_quant_small_grids_take_larger_blocks_for_one_block_per_sm():
 
 def test_group_quant_row_blocks_rule():
     """group_quant_row_kernel takes per-token rows of 16-bit x in groups of 128 whose 32-byte chunks
-    fill a block of 256 to 512 threads in whole warps, with fp32 scales (MN-major ones: S % 8 ==
-    0), aligned for 16-byte loads, over more than half the multiprocessors' count of rows and up
-    to 8 rows a multiprocessor; never several groups a token (group-major inputs with G > 1)."""
+    fill a block of 256 to 512 threads in whole warps, MN-major fp32 scales only with S % 8 == 0,
+    aligned for 16-byte loads, over more than half the multiprocessors' count of rows
+    and up to 8 rows a multiprocessor; never several groups a token (group-major inputs with
+    G > 1)."""
     layouts = ("row", "col", "col_tma", "col_tma_packed")
     for M, K, gs, eb, layout, sms, pad in itertools.product(
         (1, 38, 39, 40, 66, 67, 78, 132, 624, 625, 1056, 1057, 4097),
@@ -139,7 +142,7 @@ def test_group_quant_row_blocks_rule():
         p = per_token_problem(M, K, layout, gs, eb, pad_rows_to=pad, sms=sms)
         chunks, S, rows = K * eb // 32, K // gs, p["T_q"]
         mn = layout in ("col", "col_tma")
-        want = (gs == 128 and eb == 2 and layout != "col_tma_packed" and chunks % 32 == 0 and 256 <= chunks <= 512
+        want = (gs == 128 and eb == 2 and chunks % 32 == 0 and 256 <= chunks <= 512
                 and (S % 8 == 0 or not mn) and 2 * rows > sms and rows <= 8 * sms)  # fmt: skip
         assert _native.group_quant_launch(p)["row_blocks"] == want, (M, K, gs, eb, layout, sms, pad)
     assert not _native.group_quant_launch(per_token_problem(128, 7168, "row", x_aligned=False))["row_blocks"]

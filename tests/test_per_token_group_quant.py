@@ -283,18 +283,20 @@ def test_cuda_large_grid_paths():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 def test_cuda_row_blocks(dtype):
-    """Grids that take group_quant_row_kernel (fp32 scales: a block per row, or per 8 rows of S / 8
-    groups with MN-major scales), at both ends of its row range and with row counts that leave
-    part of the last 8 rows empty: every fp32 layout (packed scales keep the general kernel),
-    UE8M0, q and scale padding rows, non-finite values (in some warps only), bit for bit against
-    the CPU kernel, over poisoned outputs."""
+    """Grids that take group_quant_row_kernel (a block per row; with MN-major scales 8 blocks per 8
+    rows: S / 8 groups each with fp32 scales, a warp per row and packed word with packed ones), at
+    both ends of its row range and with row counts that leave part of the last 8 rows empty: every
+    layout, UE8M0, q and scale padding rows, non-finite values (in some warps only), bit for bit
+    against the CPU kernel, over poisoned outputs. K = 4608 (S = 36) takes them with packed scales
+    only, whose 9 words of 8 rows span two blocks."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    for M, K in ((sms // 2 + 1, 7168), (sms - 3, 4096), (8 * sms - 9, 7168), (2 * sms + 5, 8192)):
+    shapes = ((sms // 2 + 1, 7168), (sms - 3, 4096), (8 * sms - 9, 7168), (2 * sms + 5, 8192), (sms + 7, 4608))
+    for M, K in shapes:
         x = make_input((M, K), dtype, device="cuda", nonfinite=True)
         x[M // 2 :, :] = x[M // 2 :, :].nan_to_num(0.0, 0.0, 0.0)  # finite warps beside non-finite ones
         for layout, ue8m0, pad in itertools.product(LAYOUTS, (False, True), (1, 4, 16)):
             c = _native.group_quant_launch(per_token_problem(M, K, layout, pad_rows_to=pad, sms=sms))
-            assert c["row_blocks"] == (layout != "col_tma_packed"), (M, K, layout, pad)
+            assert c["row_blocks"] == (K != 4608 or layout in ("row", "col_tma_packed")), (M, K, layout, pad)
             args = (128, layout, ue8m0, pad, 1e-10)
             q, s = poisoned_call(fp8ops.per_token_group_quant, x, *args)
             cq, cs = fp8ops.per_token_group_quant(x.cpu(), *args)

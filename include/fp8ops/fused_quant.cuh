@@ -166,10 +166,6 @@ __device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems])
   return r;
 }
 
-// The bits of inf in a 16-bit T: a magnitude above them is a NaN.
-template <typename T>
-constexpr uint32_t kInfBits = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
-
 // The bits of the largest |value| of kN raw chunks, as T's bit pattern (for non-negative floats
 // the order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
 // such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed. For 16-bit T:
@@ -191,12 +187,10 @@ __device__ __forceinline__ uint32_t raw_magnitude_bits_n(const RawChunk<T>* r, b
     uint32_t m2;
 #pragma unroll
     for (int i = 0; i < kN; ++i) {
-      const uint4 w = r[i].w[0];
-      const uint32_t mi =
-          __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+      const uint32_t mi = magnitude_pairs_16x8(r[i].w[0]);
       m2 = i == 0 ? mi : __vmaxu2(m2, mi);
     }
-    m = max(m2 & 0xFFFFu, m2 >> 16);
+    m = max_halves(m2);
     nonfinite = m >= kInfBits<T>;
   }
   return m;
@@ -255,18 +249,6 @@ __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
     return __uint_as_float(finite_amax_bits_16x8<0x7F80u>(r.w[0]) << 16);
   } else {
     return __half2float(__ushort_as_half(static_cast<unsigned short>(finite_amax_bits_16x8<0x7C00u>(r.w[0]))));
-  }
-}
-
-// The float whose magnitude bits raw_magnitude_bits_n returned.
-template <typename T>
-__device__ __forceinline__ float magnitude_bits_float(uint32_t m) {
-  if constexpr (sizeof(T) == 4) {
-    return __uint_as_float(m);
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(m << 16);
-  } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
   }
 }
 

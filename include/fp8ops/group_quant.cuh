@@ -65,21 +65,12 @@ __device__ __forceinline__ void quantize16(const uint4 raw, const float r, uint3
   }
 }
 
-// The largest magnitude of a thread's 16 elements of a 16-bit T, as T's bits (the order of the
-// bit patterns of non-negative floats is the order of their values), and whether it is an inf or
-// a NaN: only then are the finite filter and the zeroing of NaN codes needed.
+// The largest magnitude of a thread's 16 elements of a 16-bit T, as T's bits, and whether it is an
+// inf or a NaN: only then are the finite filter and the zeroing of NaN codes needed.
 template <typename T>
 __device__ __forceinline__ uint32_t magnitude_bits16(const uint4 (&raw)[2], bool& nonfinite) {
-  constexpr uint32_t kInf = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
-  uint32_t m = 0u;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint4 w = raw[h];
-    m = __vmaxu2(
-        m, __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu)));
-  }
-  m = max(m & 0xFFFFu, m >> 16);
-  nonfinite = m >= kInf;
+  const uint32_t m = max_halves(__vmaxu2(magnitude_pairs_16x8(raw[0]), magnitude_pairs_16x8(raw[1])));
+  nonfinite = m >= kInfBits<T>;
   return m;
 }
 
@@ -333,22 +324,32 @@ __global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGr
 }
 
 // Per-token rows of group_quant_row_blocks (group_quant_launch.h): 16-bit x, groups of 128, rows
-// of whole warps of 32-byte chunks, fp32 scales. Row-major scales (kMn false): a block per row,
-// thread c holding elements [16 c, 16 c + 16). MN-major scales (kMn): a block per 8 rows and S / 8
-// groups, a warp per 4 rows of one group, so that one block writes the scales of 8 consecutive
-// rows of a group (a 32-byte sector); a sector written piecemeal by 8 blocks was slower. The only
-// work after the wait for the previous grid is the row's own: a thread's indices, no row loop,
-// and the finite filter and the zeroing of NaN codes only in a warp that holds an inf or a NaN.
-template <typename T, bool kMn>
+// of whole warps of 32-byte chunks. Row-major fp32 scales (kRowMajor): a block per row, thread c
+// holding elements [16 c, 16 c + 16). MN-major scales: a block per 8 rows and an eighth of their
+// chunks, so that the scales of 8 consecutive rows (a 32-byte sector) come from one block, or
+// from two with packed scales; a sector written piecemeal by 8 blocks was slower. fp32 (kMn): a
+// warp per 4 rows of one group, S / 8 groups a block. Packed UE8M0 (kMnPacked): a warp per row
+// and word (its four groups), the 8 * S / 4 (row, word) units of 8 rows taken word by word, S / 4
+// of them a block; two shuffles gather a word's bytes for lane 0 to store. The only work after
+// the wait for the previous grid is the row's own: a thread's indices, no row loop, and the
+// finite filter and the zeroing of NaN codes only in a warp that holds an inf or a NaN.
+enum class RowScales { kRowMajor, kMn, kMnPacked };
+
+template <typename T, RowScales kScales>
 __global__ void __launch_bounds__(kGroupQuantOneWaveThreads, 2) group_quant_row_kernel(const GroupQuantParams p) {
   static_assert(sizeof(T) == 2, "16-bit x");
   constexpr int kVec = kThreadBytes / sizeof(T), kHalf = kVec / 2, kLanes = 128 / kVec;
+  const uint32_t w = threadIdx.x >> 5, l = threadIdx.x & 31u;
   uint32_t c, s;
   int64_t t;
-  if constexpr (kMn) {
-    const uint32_t w = threadIdx.x >> 5, l = threadIdx.x & 31u;
+  if constexpr (kScales == RowScales::kMn) {
     s = (blockIdx.x & 7u) * (blockDim.x >> 6) + (w >> 1);
     t = static_cast<int64_t>(blockIdx.x >> 3) * 8 + (w & 1u) * 4 + l / kLanes;
+    c = s * kLanes + (l % kLanes);
+  } else if constexpr (kScales == RowScales::kMnPacked) {
+    const uint32_t u = (blockIdx.x & 7u) * (blockDim.x >> 5) + w;  // (row, word) unit of the 8 rows
+    s = (u >> 3) * 4 + l / kLanes;
+    t = static_cast<int64_t>(blockIdx.x >> 3) * 8 + (u & 7u);
     c = s * kLanes + (l % kLanes);
   } else {
     c = threadIdx.x;
@@ -371,28 +372,26 @@ __global__ void __launch_bounds__(kGroupQuantOneWaveThreads, 2) group_quant_row_
   float amax;
   if (any_nf) {
     amax = fmaxf(thread_amax<T>(raw[0]), thread_amax<T>(raw[1]));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    amax = bits_float(m << 16);
   } else {
-    amax = __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
+    amax = magnitude_bits_float<T>(m);
   }
 #pragma unroll
   for (int o = kLanes / 2; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
   const float scale = group_scale(amax, p.eps, p.ue8m0);
   const float rcp = group_reciprocal(scale, p.ue8m0);
   uint32_t codes[2][2];
-  quantize16<T>(raw[0], rcp, codes[0], false);
-  quantize16<T>(raw[1], rcp, codes[1], false);
-  if (any_nf) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) codes[h][0] = zero_nan_codes(codes[h][0]), codes[h][1] = zero_nan_codes(codes[h][1]);
-  }
+  quantize16<T>(raw[0], rcp, codes[0], any_nf);
+  quantize16<T>(raw[1], rcp, codes[1], any_nf);
   if (t < p.T_q) {
     *reinterpret_cast<uint4*>(p.q + t * p.D + c * kVec) =
         make_uint4(codes[0][0], codes[0][1], codes[1][0], codes[1][1]);
   }
-  // Rows of the last 8 past T_s (kMn) have no scale.
-  if (c % kLanes == 0 && (!kMn || t < p.T_s)) {
+  if constexpr (kScales == RowScales::kMnPacked) {
+    uint32_t word = (data ? ue8m0_exponent_of_power(scale) : 0u) << (8 * (l / kLanes));
+    word |= __shfl_xor_sync(0xFFFFFFFFu, word, kLanes);
+    word |= __shfl_xor_sync(0xFFFFFFFFu, word, 2 * kLanes);
+    if (l == 0 && t < p.T_s) static_cast<uint32_t*>(p.scale)[t * p.s_stride_t + (s >> 2) * p.s_stride_s] = word;
+  } else if (c % kLanes == 0 && (kScales == RowScales::kRowMajor || t < p.T_s)) {  // rows of the last 8 past T_s: none
     static_cast<float*>(p.scale)[t * p.s_stride_t + s * p.s_stride_s] = data ? scale : 0.0f;
   }
 }
@@ -435,9 +434,11 @@ cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStre
   const GroupQuantLaunch c = group_quant_launch(p, sizeof(T), sm_count);
   if constexpr (sizeof(T) == 2) {
     if (c.row_blocks) {
-      return c.map == UnitMap::kMnRows
-                 ? launch_kernel(group_quant_row_kernel<T, true>, dim3(c.grid_x), dim3(c.block_x), stream, pdl, p)
-                 : launch_kernel(group_quant_row_kernel<T, false>, dim3(c.grid_x), dim3(c.block_x), stream, pdl, p);
+      const dim3 grid(c.grid_x), block(c.block_x);
+      if (c.map == UnitMap::kRowsApart)
+        return launch_kernel(group_quant_row_kernel<T, RowScales::kRowMajor>, grid, block, stream, pdl, p);
+      return p.packed ? launch_kernel(group_quant_row_kernel<T, RowScales::kMnPacked>, grid, block, stream, pdl, p)
+                      : launch_kernel(group_quant_row_kernel<T, RowScales::kMn>, grid, block, stream, pdl, p);
     }
   }
 #define FP8OPS_GROUP_CASE(GS)                                                           \

@@ -45,17 +45,16 @@ struct GroupQuantLaunch {
 
 // Whether a problem takes group_quant_row_kernel: per-token rows (G == 1) of 16-bit x with 16-byte
 // loads in groups of 128, whose 32-byte chunks fill a block of 256 to 512 threads (K = 4096 to
-// 8192) in whole warps, fp32 scales (MN-major ones when the row's groups split into 8 slices,
-// S % 8 == 0), and more rows than half the multiprocessors, up to kGroupQuantRowBlockRowsPerSm per
-// multiprocessor. On those grids the general kernel's row tiles and strided loops were a large
-// share of a thread's instructions. Past them its unrolled kernel, with more bytes in flight per
-// thread, is faster. Packed scales keep it too: blocks of a row each wrote their byte of a word
-// column's 32-byte sectors, and at about a row per multiprocessor that measured slower.
+// 8192) in whole warps, MN-major fp32 scales only when the row's groups split into 8 slices
+// (S % 8 == 0; packed scales are MN-major), and more rows than half the multiprocessors, up to
+// kGroupQuantRowBlockRowsPerSm per multiprocessor. On those grids the general kernel's row tiles
+// and strided loops were a large share of a thread's instructions. Past them its unrolled kernel,
+// with more bytes in flight per thread, is faster.
 inline bool group_quant_row_blocks(const GroupQuantParams& p, int elem_bytes, bool vec16, int sm_count) {
   const int64_t chunks = p.D * elem_bytes / kThreadBytes;
-  return p.G == 1 && elem_bytes == 2 && vec16 && p.group_size == 128 && !p.packed && chunks % 32 == 0 &&
+  return p.G == 1 && elem_bytes == 2 && vec16 && p.group_size == 128 && chunks % 32 == 0 &&
          2 * chunks >= kGroupQuantOneWaveThreads && chunks <= kGroupQuantOneWaveThreads &&
-         (p.s_stride_t != 1 || p.S % 8 == 0) && 2 * p.T_q > sm_count &&
+         (p.packed ? p.s_stride_t == 1 : p.s_stride_t != 1 || p.S % 8 == 0) && 2 * p.T_q > sm_count &&
          p.T_q <= static_cast<int64_t>(kGroupQuantRowBlockRowsPerSm) * sm_count;
 }
 
@@ -152,8 +151,8 @@ inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_b
             (p.x_stride_g * elem_bytes) % 16 == 0;
   c.row_blocks = group_quant_row_blocks(p, elem_bytes, c.vec16, sm_count);
   if (c.row_blocks) {
-    // A block per row of the T_s scale rows, a thread per chunk; with MN-major scales a block per
-    // 8 rows and S / 8 groups (8 blocks per 8 rows).
+    // A block per row of the T_s scale rows, a thread per chunk; with MN-major scales 8 blocks per
+    // 8 rows.
     const bool mn = p.s_stride_t == 1;
     c.unroll = 1;
     c.map = mn ? UnitMap::kMnRows : UnitMap::kRowsApart;

@@ -8,7 +8,11 @@
 #include <cstring>
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include <type_traits>
 #define FP8OPS_HD __host__ __device__ __forceinline__
 #else
 #define FP8OPS_HD inline
@@ -328,6 +332,32 @@ __device__ __forceinline__ uint32_t finite_amax_bits_f32x4(const uint4 w) {
   acc = max(acc, static_cast<int32_t>((w.z & 0x7FFFFFFFu) + kOff));
   acc = max(acc, static_cast<int32_t>((w.w & 0x7FFFFFFFu) + kOff));
   return static_cast<uint32_t>(acc) - kOff;
+}
+
+// The bits of inf in a 16-bit T: a magnitude above them is a NaN.
+template <typename T>
+constexpr uint32_t kInfBits = std::is_same_v<T, __nv_bfloat16> ? 0x7F80u : 0x7C00u;
+
+// The larger magnitude bits of each half of 8 packed 16-bit floats: lane 0 of the result holds
+// the largest |bits| of the words' low halves, lane 1 of their high halves (for non-negative
+// floats the order of the bit patterns is the order of the values).
+__device__ __forceinline__ uint32_t magnitude_pairs_16x8(const uint4 w) {
+  return __vmaxu2(__vmaxu2(w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu), __vmaxu2(w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu));
+}
+
+// The larger of a word's two 16-bit lanes.
+__device__ __forceinline__ uint32_t max_halves(uint32_t m) { return max(m & 0xFFFFu, m >> 16); }
+
+// The float of T whose magnitude bits m are (fp32 bits, or a 16-bit T's bits in the low half).
+template <typename T>
+__device__ __forceinline__ float magnitude_bits_float(uint32_t m) {
+  if constexpr (sizeof(T) == 4) {
+    return __uint_as_float(m);
+  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    return __uint_as_float(m << 16);
+  } else {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(m)));
+  }
 }
 
 // scaled_clamped then e4m3 on the device: for finite x, |x * r| <= amax * r < 464, so the
