@@ -126,9 +126,8 @@ def test_group_quant_small_grids_take_larger_blocks_for_one_block_per_sm():
 def test_group_quant_row_blocks_rule():
     """group_quant_row_kernel takes per-token rows of 16-bit x in groups of 128 whose 32-byte chunks
     fill a block of 256 to 512 threads in whole warps, MN-major fp32 scales only with S % 8 == 0,
-    aligned for 16-byte loads, over more than half the multiprocessors' count of rows
-    and up to 8 rows a multiprocessor; never several groups a token (group-major inputs with
-    G > 1)."""
+    aligned for 16-byte loads, over more than half the multiprocessors' count of rows and up to 8
+    rows a multiprocessor; never several groups a token (group-major inputs with G > 1)."""
     layouts = ("row", "col", "col_tma", "col_tma_packed")
     for M, K, gs, eb, layout, sms, pad in itertools.product(
         (1, 38, 39, 40, 66, 67, 78, 132, 624, 625, 1056, 1057, 4097),
