@@ -23,8 +23,8 @@ FP8OPS_C_API int fp8ops_pdl_enabled() { return fp8ops::pdl_enabled() ? 1 : 0; }
 
 // group_quant_launch for the problem in[0..12]: T, G, D, T_q, T_s, s_stride_t, s_stride_g,
 // s_stride_s, group_size, packed, elem_bytes, x_aligned (16-byte aligned base and row strides),
-// sm_count. Writes out[0..10]: unroll, map, grid_x, grid_y, block_x, block_y, rows, row_divisor,
-// gather_words, vec16, row_blocks.
+// sm_count, l2_bytes. Writes out[0..11]: unroll, map, grid_x, grid_y, block_x, block_y, rows,
+// row_divisor, gather_words, vec16, row_blocks, stream.
 FP8OPS_C_API void fp8ops_group_quant_launch(const int64_t* in, int64_t* out) {
   fp8ops::GroupQuantParams p{};
   p.T = in[0];
@@ -41,14 +41,15 @@ FP8OPS_C_API void fp8ops_group_quant_launch(const int64_t* in, int64_t* out) {
   p.ue8m0 = p.packed;
   p.x_stride_t = in[11] != 0 ? p.D : 1;  // an odd stride is never 16-byte aligned
   p.x_stride_g = in[11] != 0 ? p.D : 1;
-  const fp8ops::GroupQuantLaunch c = fp8ops::group_quant_launch(p, static_cast<int>(in[10]), static_cast<int>(in[12]));
-  const int64_t r[11] = {c.unroll,       static_cast<int64_t>(c.map),
+  const fp8ops::GroupQuantLaunch c =
+      fp8ops::group_quant_launch(p, static_cast<int>(in[10]), static_cast<int>(in[12]), in[13]);
+  const int64_t r[12] = {c.unroll,       static_cast<int64_t>(c.map),
                          c.grid_x,       c.grid_y,
                          c.block_x,      c.block_y,
                          c.rows,         c.row_divisor,
                          c.gather_words, c.vec16,
-                         c.row_blocks};
-  for (int i = 0; i < 11; ++i) out[i] = r[i];
+                         c.row_blocks,   c.stream};
+  for (int i = 0; i < 12; ++i) out[i] = r[i];
 }
 
 // indexer_config for (items, mode (0 kAny, 1 kV4, 2 kV32), l2_bytes). Writes out[0..6]: lanes,

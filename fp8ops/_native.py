@@ -60,12 +60,13 @@ def pdl_enabled() -> bool:
 def group_quant_launch(problem: dict) -> dict:
     """The group quantization kernel's launch shape (include/fp8ops/group_quant_launch.h)."""
     keys = ("T", "G", "D", "T_q", "T_s", "s_stride_t", "s_stride_g", "s_stride_s", "group_size", "packed")
-    vals = [int(problem[k]) for k in keys] + [problem["elem_bytes"], int(problem["x_aligned"]), problem["sm_count"]]
-    out = (_I64 * 11)()
-    _lib().fp8ops_group_quant_launch((_I64 * 13)(*vals), out)
+    vals = [int(problem[k]) for k in keys]
+    vals += [problem["elem_bytes"], int(problem["x_aligned"]), problem["sm_count"], problem["l2_bytes"]]
+    out = (_I64 * 12)()
+    _lib().fp8ops_group_quant_launch((_I64 * 14)(*vals), out)
     names = (
         "unroll", "map", "grid_x", "grid_y", "block_x", "block_y", "rows", "row_divisor", "gather_words", "vec16",
-        "row_blocks",
+        "row_blocks", "stream",
     )  # fmt: skip
     res = dict(zip(names, out, strict=True))
     res["map"] = ("rows_apart", "mn_rows", "groups")[res["map"]]

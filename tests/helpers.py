@@ -127,11 +127,15 @@ def poisoned_call(op, x, *args, **kwargs):
 
 
 H200_SMS = 132
+H200_L2 = 60 << 20
 
 
-def per_token_problem(M, K, layout, group_size=128, elem_bytes=2, pad_rows_to=1, x_aligned=True, sms=H200_SMS):
+def per_token_problem(
+    M, K, layout, group_size=128, elem_bytes=2, pad_rows_to=1, x_aligned=True, sms=H200_SMS, l2=H200_L2
+):
     """The group quantization launch problem (fp8ops._native.group_quant_launch) of a per-token
-    call on M x K, as the op builds it; sms is the H200's multiprocessor count by default."""
+    call on M x K, as the op builds it; sms and l2 are the H200's multiprocessor count and L2 size
+    by default."""
     S = K // group_size
     sizes, strides, _ = _layout.per_token_scale_geometry(M, S, layout, pad_rows_to)
     Mp = sizes[0]
@@ -139,5 +143,5 @@ def per_token_problem(M, K, layout, group_size=128, elem_bytes=2, pad_rows_to=1,
     return dict(
         T=M, G=1, D=K, T_q=Mp, T_s=T_s, s_stride_t=strides[0], s_stride_g=0, s_stride_s=strides[1],
         group_size=group_size, packed=layout == "col_tma_packed", elem_bytes=elem_bytes, x_aligned=x_aligned,
-        sm_count=sms,
+        sm_count=sms, l2_bytes=l2,
     )  # fmt: skip

@@ -6,19 +6,18 @@ import itertools
 
 import pytest
 import torch
-from helpers import H200_SMS, per_token_problem
+from helpers import H200_L2, H200_SMS, per_token_problem
 
 import fp8ops
 from fp8ops import _layout, _native
 
-H200_L2 = 60 << 20
 
-
-def group_major_problem(T, G, D, packed, sms=H200_SMS):
+def group_major_problem(T, G, D, packed, sms=H200_SMS, x_aligned=True):
     sizes, strides, _ = _layout.group_major_scale_geometry(T, G, D // 128, packed)
     return dict(
         T=T, G=G, D=D, T_q=T, T_s=_layout.align(T, 4), s_stride_t=strides[0], s_stride_g=strides[1],
-        s_stride_s=strides[2], group_size=128, packed=packed, elem_bytes=2, x_aligned=True, sm_count=sms,
+        s_stride_s=strides[2], group_size=128, packed=packed, elem_bytes=2, x_aligned=x_aligned, sm_count=sms,
+        l2_bytes=H200_L2,
     )  # fmt: skip
 
 
@@ -146,6 +145,28 @@ def test_group_quant_row_blocks_rule():
         assert _native.group_quant_launch(p)["row_blocks"] == want, (M, K, gs, eb, layout, sms, pad)
     assert not _native.group_quant_launch(per_token_problem(128, 7168, "row", x_aligned=False))["row_blocks"]
     assert not _native.group_quant_launch(group_major_problem(512, 16, 512, False))["row_blocks"]
+
+
+def test_group_quant_stream_rule():
+    """The general kernel loads x evict-first while q (padding rows included) takes at most half
+    the L2, with 16-byte loads only; the row blocks never do."""
+    for K, eb, layout, pad, l2 in itertools.product(
+        (2048, 4096, 7168, 16384), (2, 4), ("row", "col_tma", "col_tma_packed"), (1, 128), (H200_L2, 50 << 20)
+    ):
+        last = l2 // 2 // K  # the most rows of q that still take evict-first loads
+        for M in (1, 17, 2048, last - 200, last - 1, last, last + 1, 4 * last):
+            c = _native.group_quant_launch(per_token_problem(M, K, layout, 128, eb, pad_rows_to=pad, l2=l2))
+            q_rows = -(-M // pad) * pad
+            assert c["stream"] == (not c["row_blocks"] and q_rows <= last), (M, K, eb, layout, pad, l2, c)
+    assert not _native.group_quant_launch(per_token_problem(2048, 7168, "row", x_aligned=False))["stream"]
+    assert not _native.group_quant_launch(per_token_problem(1, 7168, "row", x_aligned=False))["stream"]
+    assert _native.group_quant_launch(per_token_problem(1, 7168, "row"))["stream"]
+    assert _native.group_quant_launch(per_token_problem(128, 7168, "row"))["row_blocks"]
+    for T, G, D in ((1, 16, 512), (1920, 16, 1024), (1921, 16, 1024), (4096, 16, 4096)):
+        want = T * G * D <= H200_L2 // 2
+        for packed in (False, True):
+            assert _native.group_quant_launch(group_major_problem(T, G, D, packed))["stream"] == want, (T, G, D)
+    assert not _native.group_quant_launch(group_major_problem(64, 16, 512, False, x_aligned=False))["stream"]
 
 
 def test_group_quant_misaligned_input_takes_element_loads():

@@ -270,10 +270,18 @@ def test_cuda_large_grid_paths():
     """Sizes large enough for the unrolled kernel (two rows with MN-major scales, two groups of a
     row with row-major ones, four rows otherwise), with every layout and dtype; with row-strided
     and misaligned inputs, and with odd group counts (whose row-major scales cannot take 8-byte
-    stores)."""
+    stores); with q within half the L2 (evict-first loads of x) and past it (plain loads)."""
+    props = torch.cuda.get_device_properties(0)
+    sms, l2 = props.multi_processor_count, props.L2_cache_size
+    past_l2 = (l2 // 2 // 2048 + 3, 2048)
+    assert not _native.group_quant_launch(per_token_problem(*past_l2, "col_tma", sms=sms, l2=l2))["stream"]
+    assert _native.group_quant_launch(per_token_problem(8195, 2048, "col_tma", sms=sms, l2=l2))["stream"]
     for dtype, layout in itertools.product(DTYPES, LAYOUTS):
         x = make_input((8195, 2048), dtype, device="cuda", nonfinite=True)
         cuda_equals_cpu(x, 128, layout, layout == "col", 4, 1e-10)
+        x = make_input(past_l2, dtype, device="cuda", nonfinite=True)
+        cuda_equals_cpu(x, 128, layout, layout == "col_tma", 1, 1e-10)
+        del x
         base = make_input((4099, 64 * 50), dtype, device="cuda", nonfinite=True)
         cuda_equals_cpu(strided_rows(base, 64), 64, layout, True, 1, 1e-10)
         cuda_equals_cpu(misaligned(base), 64, layout, False, 4, 1e-10)

@@ -66,8 +66,9 @@ void run_group_quant_cuda(const PreparedGroupQuant& prep) {
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const int sms = sm_count(device);
+  const int64_t l2 = l2_bytes(device);
   const cudaError_t err = by_dtype(prep.x_dtype, [&](auto t) {
-    return launch_group_quant<typename decltype(t)::type>(prep.params, sms, stream, pdl_enabled());
+    return launch_group_quant<typename decltype(t)::type>(prep.params, sms, l2, stream, pdl_enabled());
   });
   FP8OPS_CUDA_CHECK(err, "group quantization kernel");
 }

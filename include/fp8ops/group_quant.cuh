@@ -83,11 +83,12 @@ struct RowMap {
 // row slots are in flight per block, and the grid strides over rows. Column-side offsets are
 // computed once per thread; a row costs a few integer operations and one multiply-shift division
 // (by G, or by T_s with kMnRows). Blocks below prefetch_blocks (in launch order) prefetch their
-// first lines before waiting for the previous grid (prefetch_l2).
+// first lines before waiting for the previous grid (prefetch_l2). kStream: x's 16-byte loads are
+// marked evict-first (group_quant_stream).
 // NOTES: pairs of groups (kGroups) are capped at 48 registers, five resident blocks of 256
 // threads like the MN-major pairs of rows, with no spills; at 56 registers (four blocks) the row
 // layout ran slower than the MN-major layouts on large inputs (docs/DESIGN.md).
-template <typename T, int kGroupSize, bool kVec16, int kUnroll, UnitMap kMap>
+template <typename T, int kGroupSize, bool kVec16, bool kStream, int kUnroll, UnitMap kMap>
 __global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGroupQuantThreads,
                                   kUnroll == 1               ? 2
                                   : kMap == UnitMap::kGroups ? 5
@@ -103,6 +104,7 @@ __global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGr
   static_assert(kLanes >= 1 && kLanes <= 32 && (32 % kLanes) == 0, "a group must tile a warp");
   static_assert(!kMnVec || kUnroll == 2 || kUnroll == 4, "vector scale stores need 2 or 4 rows");
   static_assert(!kSVec || kUnroll == 2, "pairs of groups");
+  static_assert(kVec16 || !kStream, "evict-first loads are 16-byte loads");
 
   const int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const uint32_t lane = threadIdx.x % kLanes;
@@ -208,7 +210,8 @@ __global__ void __launch_bounds__(kUnroll == 1 ? kGroupQuantOneWaveThreads : kGr
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         if constexpr (kVec16) {
-          raw[u][h] = data[u] ? *reinterpret_cast<const uint4*>(src + h * kHalf) : make_uint4(0, 0, 0, 0);
+          const uint4* v = reinterpret_cast<const uint4*>(src + h * kHalf);
+          raw[u][h] = !data[u] ? make_uint4(0, 0, 0, 0) : kStream ? __ldcs(v) : *v;
         } else {
           union {
             uint4 u4;
@@ -407,31 +410,32 @@ cudaError_t launch_group_quant_grid(const GroupQuantLaunch& c, const GroupQuantP
                        c.gather_words, first_wave);
 }
 
-template <typename T, int kGroupSize, bool kVec16>
+template <typename T, int kGroupSize, bool kVec16, bool kStream>
 cudaError_t launch_group_quant_shape(const GroupQuantLaunch& c, const GroupQuantParams& p, int sm_count,
                                      cudaStream_t stream, bool pdl) {
   if (c.unroll == 1)
-    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 1, UnitMap::kRowsApart>>(c, p, sm_count,
-                                                                                                      stream, pdl);
+    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kStream, 1, UnitMap::kRowsApart>>(
+        c, p, sm_count, stream, pdl);
   if (c.map == UnitMap::kMnRows)
-    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 2, UnitMap::kMnRows>>(c, p, sm_count,
-                                                                                                   stream, pdl);
+    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kStream, 2, UnitMap::kMnRows>>(
+        c, p, sm_count, stream, pdl);
   if (c.map == UnitMap::kGroups)
-    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 2, UnitMap::kGroups>>(c, p, sm_count,
-                                                                                                   stream, pdl);
-  return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, 4, UnitMap::kRowsApart>>(c, p, sm_count,
-                                                                                                    stream, pdl);
+    return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kStream, 2, UnitMap::kGroups>>(
+        c, p, sm_count, stream, pdl);
+  return launch_group_quant_grid<group_quant_kernel<T, kGroupSize, kVec16, kStream, 4, UnitMap::kRowsApart>>(
+      c, p, sm_count, stream, pdl);
 }
 
-// Launches the quantization of p on stream (with PDL when pdl is set). Returns
-// cudaErrorInvalidValue for an unsupported group size or a problem whose row count does not fit
-// the 31-bit index.
+// Launches the quantization of p on stream (with PDL when pdl is set), on a device of sm_count
+// multiprocessors and l2_bytes of L2. Returns cudaErrorInvalidValue for an unsupported group size
+// or a problem whose row count does not fit the 31-bit index.
 template <typename T>
-cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, int64_t l2_bytes, cudaStream_t stream,
+                               bool pdl) {
   if (p.T_q * p.G == 0 || p.S == 0) return cudaSuccess;
   // Rows (of q, or of the padded scales) index with 31 bits.
   if (p.T_s * p.G >= (int64_t(1) << 31) || p.T_q * p.G >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
-  const GroupQuantLaunch c = group_quant_launch(p, sizeof(T), sm_count);
+  const GroupQuantLaunch c = group_quant_launch(p, sizeof(T), sm_count, l2_bytes);
   if constexpr (sizeof(T) == 2) {
     if (c.row_blocks) {
       const dim3 grid(c.grid_x), block(c.block_x);
@@ -441,10 +445,11 @@ cudaError_t launch_group_quant(const GroupQuantParams& p, int sm_count, cudaStre
                       : launch_kernel(group_quant_row_kernel<T, RowScales::kMn>, grid, block, stream, pdl, p);
     }
   }
-#define FP8OPS_GROUP_CASE(GS)                                                           \
-  case GS:                                                                              \
-    return c.vec16 ? launch_group_quant_shape<T, GS, true>(c, p, sm_count, stream, pdl) \
-                   : launch_group_quant_shape<T, GS, false>(c, p, sm_count, stream, pdl);
+#define FP8OPS_GROUP_CASE(GS)                                                                        \
+  case GS:                                                                                           \
+    if (!c.vec16) return launch_group_quant_shape<T, GS, false, false>(c, p, sm_count, stream, pdl); \
+    return c.stream ? launch_group_quant_shape<T, GS, true, true>(c, p, sm_count, stream, pdl)       \
+                    : launch_group_quant_shape<T, GS, true, false>(c, p, sm_count, stream, pdl);
   switch (p.group_size) {
     FP8OPS_GROUP_CASE(32)
     FP8OPS_GROUP_CASE(64)

@@ -1,5 +1,5 @@
 // Launch shape of the group quantization kernel: a pure host function of the problem and the
-// device's multiprocessor count, tested on the CPU (tests/test_launch_config.py).
+// device's multiprocessor count and L2 size, tested on the CPU (tests/test_launch_config.py).
 #pragma once
 
 #include <algorithm>
@@ -41,6 +41,7 @@ struct GroupQuantLaunch {
   bool gather_words;     // packed words gathered by shuffles and stored whole
   bool vec16;            // 16-byte loads of x
   bool row_blocks;       // group_quant_row_kernel (group_quant_row_blocks); map kMnRows: 8-row blocks
+  bool stream;           // evict-first 16-byte loads of x (group_quant_stream)
 };
 
 // Whether a problem takes group_quant_row_kernel: per-token rows (G == 1) of 16-bit x with 16-byte
@@ -58,13 +59,20 @@ inline bool group_quant_row_blocks(const GroupQuantParams& p, int elem_bytes, bo
          p.T_q <= static_cast<int64_t>(kGroupQuantRowBlockRowsPerSm) * sm_count;
 }
 
-// elem_bytes: 2 (bf16, fp16) or 4 (fp32). The problem must be non-empty, with a supported group
-// size and fewer than 2^31 rows (launch_group_quant checks both).
+// Whether the general kernel loads x evict-first (ld.global.cs): 16-byte loads while q takes at
+// most half the L2 (l2_bytes). NOTES: the L2 then keeps the codes and scales being written rather
+// than x, read once; on larger grids evict-first loads ran slower (docs/DESIGN.md).
+inline bool group_quant_stream(const GroupQuantParams& p, bool vec16, int64_t l2_bytes) {
+  return vec16 && 2 * p.T_q * p.G * p.D <= l2_bytes;
+}
+
+// elem_bytes: 2 (bf16, fp16) or 4 (fp32); l2_bytes: the device's L2 size. The problem must be
+// non-empty, with a supported group size and fewer than 2^31 rows (launch_group_quant checks both).
 // NOTES: one row per thread, in blocks of 128 to 512 threads, until the grid of 256-thread
 // blocks spans kGroupQuantUnrollWaves waves; then two units per thread whose scales one vector
 // store writes (2 rows with MN-major scales, 2 groups with fp32 scales consecutive along s, and
 // group-major fp32 scales, whose two rows would be a token stride apart in x), else 4 rows.
-inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_bytes, int sm_count) {
+inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_bytes, int sm_count, int64_t l2_bytes) {
   const uint32_t vec = kThreadBytes / elem_bytes;  // elements per thread and row
   const uint32_t lanes = static_cast<uint32_t>(p.group_size) / vec;
   const uint32_t q_rows = static_cast<uint32_t>(p.T_q * p.G);
@@ -150,6 +158,7 @@ inline GroupQuantLaunch group_quant_launch(const GroupQuantParams& p, int elem_b
   c.vec16 = reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && (p.x_stride_t * elem_bytes) % 16 == 0 &&
             (p.x_stride_g * elem_bytes) % 16 == 0;
   c.row_blocks = group_quant_row_blocks(p, elem_bytes, c.vec16, sm_count);
+  c.stream = !c.row_blocks && group_quant_stream(p, c.vec16, l2_bytes);
   if (c.row_blocks) {
     // A block per row of the T_s scale rows, a thread per chunk; with MN-major scales 8 blocks per
     // 8 rows.
