@@ -186,9 +186,10 @@ def silu_fp32(x):
 
 def silu_mul_cuda(gate, up, path="flat"):
     """silu_mul_quant's activation T(T(silu(gate)) * up) computed by the CUDA kernels' device code
-    on one of their paths: "flat" (the flat kernels' SiLU), "masked" (the masked kernel's shortcut)
-    or "table" (bf16 only: the SiLU table of large flat grids). gate and up are contiguous CUDA
-    tensors of one dtype, numel a multiple of 8; for the tests. A NaN comes back with any payload."""
+    on one of their paths: "flat" (the flat kernels' SiLU), "masked" (the shortcut of the masked
+    kernels without the table) or "table" (bf16 only: the SiLU table of large flat grids and of the
+    other masked kernels). gate and up are contiguous CUDA tensors of one dtype, numel a multiple
+    of 8; for the tests. A NaN comes back with any payload."""
     import torch
 
     assert gate.is_cuda and gate.is_contiguous() and up.is_contiguous() and gate.shape == up.shape

@@ -64,7 +64,7 @@ def test_silu_fp32_against_torch():
 
 
 def test_silu_fp32_error_on_bf16_gates_within_the_device_margin():
-    """The premise of the masked kernel's SiLU shortcut (numerics.h, silu_approx): on every bf16
+    """The premise of the masked kernels' SiLU shortcut (numerics.h, silu_approx): on every bf16
     gate of its range, silu_fp32 is within 1.16 * 2^-23 of SiLU, relative (float64 reference)."""
     g = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
     g = g[g.isfinite() & (g.abs() >= 2.0**-60) & (g.abs() <= 40.0)]
@@ -580,8 +580,8 @@ def test_cuda_silu_mul_quant_masked_rows_past_count_keep_poison(layout, dtype, p
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", MASKED_LAYOUTS)
 def test_cuda_silu_mul_quant_masked_every_bf16_gate_bit_identical_to_cpu(layout, pdl):
-    """The masked kernel on valid rows holding every bf16 gate pattern (the shortcut's range and
-    the exact fallback, NaN and inf included), tiny gates and a zero row, with the counts scanned
+    """The masked kernel on valid rows holding every bf16 gate pattern (the table's range and the
+    exact fallback, NaN and inf included), tiny gates and a zero row, with the counts scanned
     by every warp (at most 32 experts) and through shared memory (more), bit for bit against the
     CPU reference; rows past the counts keep their poison."""
     every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
@@ -663,11 +663,12 @@ def assert_same_activation(got, want, what):
 )
 def test_cuda_silu_activation_every_16bit_gate(dtype, path):
     """The kernels' device activation T(T(silu(g)) * u) equals the CPU reference for every 16-bit
-    gate: the fast path (for bf16 in the masked kernel, the shortcut with its exact values near
-    bf16's midpoints; in large flat grids, the table), its range edges and the exact fallback, in
-    order (chunks of neighbouring values) and shuffled (chunks that mix both paths), times 1 and
-    times random up values. A gate count that is not a multiple of the block leaves lanes past the
-    end, which still take part in the shortcut's votes."""
+    gate: the fast path (for bf16 in the masked kernels without the table, the shortcut with its
+    exact values near bf16's midpoints; in large flat grids and the other masked kernels, the
+    table), its range edges and the exact fallback, in order (chunks of neighbouring values) and
+    shuffled (chunks that mix both paths), times 1 and times random up values. A gate count that is
+    not a multiple of the block leaves lanes past the end, which still take part in the shortcut's
+    votes."""
     g = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
     if dtype == torch.bfloat16:
         # Gates whose SiLU lies within the shortcut's margin (16 fp32 steps) of a midpoint of

@@ -543,9 +543,10 @@ __device__ __forceinline__ RawChunk<__nv_bfloat16> silu_table_chunk(const uint16
 // a live chunk skips the SiLU.
 // kShortcut (bf16): the fast path is silu_approx, a shorter chain of steps, which rounds to bf16
 // as silu_fp32 does except near a midpoint of bf16's values; those few values take the exact SiLU,
-// by warp vote per value slot, so every lane of the warp calls it. The masked kernel takes it: its
-// few valid rows per expert wait on each row's chain of steps. (For fp16, with eight times the
-// values near a midpoint and a subnormal range to check, it was slower.)
+// by warp vote per value slot, so every lane of the warp calls it. The masked kernels without the
+// table take it (kSiluMaskedTable): their few valid rows per expert wait on each row's chain of
+// steps. (For fp16, with eight times the values near a midpoint and a subnormal range to check, it
+// was slower.)
 // kTable (bf16, the table in shared memory): SiLU by silu_table_chunk when every live chunk is in
 // the table's domain, else as above.
 template <typename T, int kN, bool kShortcut = false, bool kTable = false, int kAdj = 1>
@@ -616,8 +617,8 @@ __device__ __forceinline__ void silu_mul_chunks(const RawChunk<T> (&graw)[kN], c
 }
 
 // The activation alone, chunk by chunk (n / 8 threads), for the tests: silu_mul_quant's steps up
-// to the quantization, on the path a kernel takes (kPath: 0 the flat kernels' SiLU, 1 the masked
-// kernel's shortcut, 2 the bf16 table of large flat grids), written out raw (a NaN of any payload).
+// to the quantization, on the path a kernel takes (kPath: 0 the flat kernels' SiLU, 1 the shortcut
+// of masked kernels without the table, 2 the bf16 table), written out raw (a NaN of any payload).
 // Every lane stays to the end: the shortcut votes across the warp.
 template <typename T, int kPath>
 __global__ void silu_mul_values_kernel(const T* __restrict__ gate, const T* __restrict__ up, T* __restrict__ a,
@@ -675,12 +676,12 @@ __device__ __forceinline__ int32_t warp_inclusive_sum(int32_t v, uint32_t lane) 
   return v;
 }
 
-// Whether a masked kernel may switch to pairs and the SiLU table on the device (fused_quant_launch.h's
-// silu_masked_pairs): bf16 rows loaded 16 bytes at a time, in the blocks of kSiluMaskedThreads of one
-// chunk a unit, whose registers leave room for the pairs' body.
+// Whether a masked kernel holds the SiLU table: bf16 rows loaded 16 bytes at a time, in the blocks
+// of kSiluMaskedThreads of one chunk a unit. It looks SiLU up in it, and may switch to pairs on the
+// device (fused_quant_launch.h's silu_masked_pairs), whose body its registers leave room for.
 template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj>
-constexpr bool kSiluPairSwitch = kMasked && kVec && std::is_same_v<T, __nv_bfloat16> && kAdj == 1 &&
-                                 silu_block_threads(kMasked, kMaxChunks) == kSiluMaskedThreads;
+constexpr bool kSiluMaskedTable = kMasked && kVec && std::is_same_v<T, __nv_bfloat16> && kAdj == 1 &&
+                                  silu_block_threads(kMasked, kMaxChunks) == kSiluMaskedThreads;
 
 template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
 __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
@@ -692,10 +693,12 @@ template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kT
 __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
     silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2, const SiluPairSwitch pairs) {
   static_assert(!kTable || (std::is_same_v<T, __nv_bfloat16> && !kMasked), "the SiLU table: flat bf16 rows");
-  constexpr bool kSwitch = kSiluPairSwitch<T, kVec, kMaxChunks, kMasked, kAdj>;
+  constexpr bool kMaskedTable = kSiluMaskedTable<T, kVec, kMaxChunks, kMasked, kAdj>;
   __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
-  __shared__ __align__(16) uint16_t silu_table[kTable || kSwitch ? kSiluTableEntries : 1];
-  if constexpr (kTable) load_silu_table(silu_table);  // waited for after the first row's loads
+  __shared__ __align__(16) uint16_t silu_table[kTable || kMaskedTable ? kSiluTableEntries : 1];
+  // The table is constant, so its copy may start before the wait for the previous grid; it is
+  // waited for after the first row's loads.
+  if constexpr (kTable || kMaskedTable) load_silu_table(silu_table);
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = silu_block_threads(kMasked, kMaxChunks) >> lanes_log2;
@@ -761,19 +764,20 @@ __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
   const uint32_t rows = static_cast<uint32_t>(total);
   // From silu_masked_pairs' count of valid rows the whole grid (rows is the grid's) takes the body
   // of large flat grids: units of two adjacent chunks and SiLU from the table.
-  if constexpr (kSwitch) {
+  if constexpr (kMaskedTable) {
     if (pairs.rows != 0 && rows >= pairs.rows) {
       silu_rows<T, kVec, 1, true, 2, true>(p, pairs.lanes_log2, rows, warp_scan, incl, prefix, silu_table);
       return;
     }
   }
-  silu_rows<T, kVec, kMaxChunks, kMasked, kAdj, kTable>(p, lanes_log2, rows, warp_scan, incl, prefix, silu_table);
+  silu_rows<T, kVec, kMaxChunks, kMasked, kAdj, kTable || kMaskedTable>(p, lanes_log2, rows, warp_scan, incl, prefix,
+                                                                        silu_table);
 }
 
 // The grid's rows (flat: the T_s row slots; masked: the `rows` valid rows, whose expert the warp's
 // running sums `incl` (warp_scan) or the block's `prefix` sums give), on W = 2^lanes_log2 lanes a
-// row, units of kAdj adjacent chunks. A masked grid with kTable copies the table into silu_table
-// after its first row's loads; a flat one has started that copy before the wait for the prior grid.
+// row, units of kAdj adjacent chunks. With kTable, the kernel has started the copy of the table
+// into silu_table before the wait for the prior grid.
 template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
 __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
                                           bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table) {
@@ -845,7 +849,8 @@ __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t 
   const uint32_t stride = kDeal ? gridDim.x : 1u;  // from a slot's row to the next slot's
   const uint32_t lead = kDeal ? slot & ~((32u >> min(lanes_log2, 5u)) - 1u) : 0u;
   uint32_t v0 = blockIdx.x * (kDeal ? 1u : rows_per_block);  // slot 0's row
-  // A masked grid with the table keeps its warps without rows for the barrier after the copy.
+  // A masked grid with the table keeps its warps without rows for the barrier after the copy, so
+  // that no block leaves while its copy is in flight.
   constexpr bool kTableCopy = kTable && kMasked;
   const bool has_rows = v0 + lead * stride < rows;
   if (!kTableCopy && !has_rows) return;
@@ -854,7 +859,6 @@ __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t 
   RawChunk<T> graw[kPassChunks], uraw[kPassChunks];
   load_pass(e, t, kind, lane, graw, uraw);
   if constexpr (kTable) {
-    if constexpr (kTableCopy) load_silu_table(silu_table);
     cp_async_wait_all();
     __syncthreads();
     if (kTableCopy && !has_rows) return;

@@ -136,11 +136,12 @@ inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_
   return whole(single, 1);
 }
 
-// Whether silu_mul_quant looks SiLU up in the bf16 table of fused_quant.cuh instead of computing
-// it: flat bf16 inputs of at least kSiluTableMinValues gate values (rows * H). Each block first
-// copies the table (8 KiB) into shared memory, which smaller grids do not win back. Masked
-// buffers compute SiLU (their valid rows, often a few per expert, would wait on the copy) unless
-// enough rows are valid for silu_masked_pairs below.
+// Whether a flat silu_mul_quant looks SiLU up in the bf16 table of fused_quant.cuh instead of
+// computing it: bf16 inputs of at least kSiluTableMinValues gate values (rows * H). Each block
+// first copies the table (8 KiB) into shared memory, which smaller grids do not win back. Masked
+// buffers: the kernels of kSiluMaskedThreads threads over bf16 rows of one chunk a lane, loaded 16
+// bytes at a time, always look it up (fused_quant.cuh's kSiluMaskedTable); other masked kernels
+// compute SiLU.
 constexpr int64_t kSiluTableMinValues = int64_t(1) << 18;
 
 inline bool silu_table(bool bf16, bool masked, int64_t rows, int64_t H) {
@@ -152,8 +153,8 @@ inline bool silu_table(bool bf16, bool masked, int64_t rows, int64_t H) {
 // kSiluMaskedThreads threads over bf16 rows loaded 16 bytes at a time count the valid rows first;
 // from `rows` of them (kSiluMaskedPairChunksPerSm chunks a multiprocessor) they take units of two
 // chunks on 2^lanes_log2 lanes a row and look SiLU up in the table, as large flat grids do. That
-// pays later than on flat grids (kSiluPairChunksPerSm): with fewer rows the single chunks, twice
-// the lanes a row and no table to copy, finished first. rows = 0: never (other dtypes or loads,
+// pays later than on flat grids (kSiluPairChunksPerSm): with fewer rows the single chunks, on twice
+// the lanes a row, finished first. rows = 0: never (other dtypes or loads,
 // rows of more than one unit a lane, or pairs of fewer than 32 lanes, whose rows would share a
 // warp).
 constexpr int64_t kSiluMaskedPairChunksPerSm = 4096;
