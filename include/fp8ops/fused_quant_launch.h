@@ -154,9 +154,8 @@ inline bool silu_table(bool bf16, bool masked, int64_t rows, int64_t H) {
 // from `rows` of them (kSiluMaskedPairChunksPerSm chunks a multiprocessor) they take units of two
 // chunks on 2^lanes_log2 lanes a row and look SiLU up in the table, as large flat grids do. That
 // pays later than on flat grids (kSiluPairChunksPerSm): with fewer rows the single chunks, on twice
-// the lanes a row, finished first. rows = 0: never (other dtypes or loads,
-// rows of more than one unit a lane, or pairs of fewer than 32 lanes, whose rows would share a
-// warp).
+// the lanes a row, finished first. rows = 0: never (other dtypes or loads, rows of more than one
+// unit a lane, or pairs of fewer than 32 lanes, whose rows would share a warp).
 constexpr int64_t kSiluMaskedPairChunksPerSm = 4096;
 
 struct SiluPairSwitch {
