@@ -2,9 +2,9 @@
 
 On a GPU: measures the copy rate and the launch floor, self-checks every CUDA kernel against the
 CPU kernel bit for bit, then times each op (CUDA-graph replay of 20 back-to-back calls, median
-over replays, inputs rotated past L2) beside its baselines in the same run: the leanest torch
-expression compiled per shape, the unfused route a fused op replaces, and, with deep_gemm
-installed, DeepGEMM's layout transform and the GEMM end to end.
+over replays, inputs of a tenth of the L2 or more rotated past it) beside its baselines in the
+same run: the leanest torch expression compiled per shape, the unfused route a fused op
+replaces, and, with deep_gemm installed, DeepGEMM's layout transform and the GEMM end to end.
 
 Without a GPU: self-checks the CPU kernels against the torch expressions of the SPEC and times
 them on a small grid (wall clock, labelled as CPU figures).

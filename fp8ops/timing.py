@@ -1,6 +1,6 @@
 """The timing harness shared by the benchmark (``python -m fp8ops.bench``) and the tools in tools/:
-CUDA-graph replay of back-to-back calls over inputs rotated past L2, the device copy rate, the
-launch floor, and wall-clock medians for the CPU."""
+CUDA-graph replay of back-to-back calls over rotated inputs (past L2 when they allow), the device
+copy rate, the launch floor, and wall-clock medians for the CPU."""
 
 from __future__ import annotations
 
@@ -69,7 +69,9 @@ def launch_floor_us() -> float:
 
 
 def n_sets_for(bytes_per_call: int) -> int:
-    """Input sets to rotate through so that the graph's footprint is at least twice the L2."""
+    """Input sets to rotate through: enough for the graph's inputs to span twice the L2, at most
+    CALLS_PER_GRAPH. Inputs under a tenth of the L2 per call therefore stay wholly or partly in L2
+    between replays, as a decode step's activations do after the kernel that writes them."""
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
     return max(1, min(CALLS_PER_GRAPH, math.ceil(2 * l2 / max(1, bytes_per_call))))
 
