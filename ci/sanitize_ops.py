@@ -54,7 +54,11 @@ def main() -> int:
         read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6,
                                          rand(3, 7168, dtype=dtype), 128, layout))  # fmt: skip
         read_back(*fp8ops.rms_norm_quant(rand(5, 512, dtype=dtype), rand(512, dtype=dtype), 1e-6, None, 64, layout))
-        calls += 3
+        # Its slot kernel (no residual): 3 rows of 7168 in 4 blocks each (the last with half its
+        # warps quantizing), q and scale padding rows.
+        read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6, None, 128, layout,
+                                         False, 4))  # fmt: skip
+        calls += 4
     for layout in LAYOUTS:
         # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))

@@ -24,6 +24,8 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_silu_shape.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_rms_split_cluster.argtypes = [_I64, _I64, _I64]
     lib.fp8ops_rms_split_cluster.restype = _I64
+    lib.fp8ops_rms_slot_blocks.argtypes = [_I64, _I64, _I64, _I64]
+    lib.fp8ops_rms_slot_blocks.restype = _I64
     lib.fp8ops_silu_table_bounds.argtypes = [_I64P]
     lib.fp8ops_silu_table.argtypes = [_I64P]
     lib.fp8ops_silu_masked_pairs.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
@@ -145,6 +147,12 @@ def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
     """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks,
     or 0 where the row kernel runs (include/fp8ops/fused_quant_launch.h)."""
     return _lib().fp8ops_rms_split_cluster(rows, chunks, sm_count)
+
+
+def rms_slot_blocks(rows: int, chunks: int, residual: bool, sm_count: int) -> int:
+    """The blocks per row of rms_norm_quant's slot kernel for `rows` row slots of `chunks` chunks,
+    or 0 where it does not run (include/fp8ops/fused_quant_launch.h)."""
+    return _lib().fp8ops_rms_slot_blocks(rows, chunks, int(residual), sm_count)
 
 
 def rms_whole_row(chunks: int, residual: bool) -> bool:

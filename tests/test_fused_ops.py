@@ -724,9 +724,14 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # Rows of 256 lanes in the row kernel that knows W: 300 x 7168 above, 100 x 4096 (two chunks a
     # lane; with the residual, the kernel that does not know W) and 70 x 16384 (eight).
     shapes = (*shapes, (100, 4096, 128), (70, 16384, 128))
-    # Both kernels run: the row kernel, and the split kernel in clusters of 1, 2, 4 and 8 blocks.
+    # The slot kernel without the residual (1 x 7168 above): rows of 2, 3 and 4 chunk slots.
+    shapes = (*shapes, (9, 4096, 128), (5, 5120, 64), (2, 8192, 128))
+    # Every kernel runs: the row kernel, the split kernel in clusters of 1, 2, 4 and 8 blocks, and
+    # the slot kernel.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}
+    slot = {(M, D) for M, D, _ in shapes if _native.rms_slot_blocks(_layout.align(M, 4), D // 8, False, sms)}
+    assert slot == {(1, 7168), (9, 4096), (5, 5120), (2, 8192)}
     row_kernel = [D for M, D, _ in shapes if _native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) == 0]
     assert {D for D in row_kernel if _native.rms_whole_row(D // 8, False)} == {4096, 7168, 16384}
     assert {D for D in row_kernel if _native.rms_whole_row(D // 8, True)} == {7168, 16384}

@@ -394,6 +394,22 @@ def test_rms_split_cluster():
         assert split(1, chunks, 132) == (lanes // 32 if lanes >= 32 else 0), chunks
 
 
+def test_rms_slot_blocks():
+    """On the split kernel's grids, rows of 256 lanes of two to four chunks (D = 4096 to 8192)
+    without the residual take the slot kernel, a block per chunk slot; the others keep the split or
+    the row kernel."""
+    slot = _native.rms_slot_blocks
+    assert slot(1, 896, False, 132) == 4  # D = 7168: 3.5 chunks a lane
+    assert slot(1, 512, False, 132) == 2 and slot(1, 640, False, 132) == 3 and slot(1, 1024, False, 132) == 4
+    assert slot(66, 896, False, 132) == 4 and slot(67, 896, False, 132) == 0  # the split kernel's grids only
+    assert slot(1, 896, True, 132) == 0  # with the residual
+    assert slot(1, 2048, False, 132) == 0  # D = 16384: eight chunks a lane
+    for chunks in range(4, 2049, 4):
+        lanes, per_lane = _native.row_shape(chunks, "rms")["lanes"], -(-chunks // 256)
+        expected = per_lane if lanes == 256 and 2 <= per_lane <= 4 else 0
+        assert slot(1, chunks, False, 132) == expected, chunks
+
+
 def test_rms_pipelined():
     """The pipelined row kernel takes 16-bit rows without a residual, loaded 16 bytes at a time, of
     64 to 256 lanes of two chunks each, where the grid has more than two waves of blocks; every

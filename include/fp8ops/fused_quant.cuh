@@ -1247,6 +1247,60 @@ __global__ void __launch_bounds__(32 * kK)
                            group_lanes);
 }
 
+// ---- rms_norm_quant, slot (small grids; fused_quant_launch.h's rms_slot_blocks): row t of 256
+// lanes without the residual goes to `per_row` blocks, one per chunk slot. Each block loads the whole
+// row and sums it as the row kernel does (SPEC's order, no exchange between blocks), then block j
+// scales and quantizes chunk slot j of every lane (chunks lane + j * 256).
+template <typename T, bool kVec, int kMaxChunks>
+__global__ void __launch_bounds__(kRowBlockThreads)
+    rms_norm_quant_slot_kernel(const RmsNormQuantParams p, const uint32_t per_row) {
+  constexpr uint32_t W = kRowBlockThreads;
+  constexpr uint32_t kWarps = kRowBlockThreads / 32;
+  __shared__ float warp_sums[kWarps];
+  const uint32_t lane = threadIdx.x;
+  const int64_t t = blockIdx.x / per_row;
+  const uint32_t j = blockIdx.x % per_row;
+  const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
+  const uint32_t chunks = static_cast<uint32_t>(p.out.D / kChunkElems);
+  const T* __restrict__ x = static_cast<const T*>(p.x) + t * p.x_stride;
+  const T* __restrict__ weight = static_cast<const T*>(p.weight);
+  // Before waiting for the previous grid: the L2 prefetch of the row's lines by its first block,
+  // and of the weight's by row 0's (launch.cuh says why that is safe).
+  if (t < p.T && j == 0) prefetch_row_lines<T>(x, 0, lane, W, chunks);
+  if (t == 0 && j == 0) prefetch_row_lines<T>(weight, 0, lane, W, chunks);
+  wait_for_prior_grid();
+  allow_next_grid();
+  const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+  const bool data = kind == RowKind::kData;
+  RawChunk<T> r[kMaxChunks];
+#pragma unroll
+  for (int k = 0; k < kMaxChunks; ++k) {
+    const uint32_t c = lane + k * W;
+    r[k] = load_raw8<T, kVec>(x + static_cast<uint64_t>(c) * kChunkElems, data && c < chunks);
+  }
+  const uint32_t c = lane + j * W;
+  const RawChunk<T> w = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, data && c < chunks);
+  // A chunk not loaded is zeros, and fma(0, 0, acc) is acc: every slot is summed.
+  float acc = 0.0f;
+  RawChunk<T> mine = r[0];
+#pragma unroll
+  for (int k = 0; k < kMaxChunks; ++k) {
+    if (k == static_cast<int>(j)) mine = r[k];
+    float v[kChunkElems];
+    raw_to_floats<T>(r[k], v);
+#pragma unroll
+    for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+  }
+#pragma unroll
+  for (uint32_t off = 16; off > 0; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+  if ((lane & 31) == 0) warp_sums[lane / 32] = acc;
+  __syncthreads();
+  if ((lane & ~31u) + j * W >= chunks) return;  // the warp holds no chunk of slot j
+  const float inv = rms_inverse(pairwise_sum<kWarps>(warp_sums, kWarps), static_cast<float>(p.out.D), p.norm_eps);
+  const RawChunk<T> a[1] = {rms_scaled<T>(mine, w, inv)};
+  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
+}
+
 // ---- block_quant: one block of 256 threads per 128 x 128 tile; thread i holds chunk i % 16 of
 // tile rows i / 16 + 16 j (j < 8), so a warp reads two full 128-element rows per load.
 template <typename T, bool kVec>
@@ -1447,6 +1501,15 @@ cudaError_t launch_rms_norm_quant_split(const RmsNormQuantParams& p, const RowSh
 #undef FP8OPS_RMS_SPLIT_LAUNCH
 }
 
+// The slot kernel of kC chunk slots a lane (per_row of them hold chunks).
+template <typename T, int kC>
+cudaError_t launch_rms_norm_quant_slot(const RmsNormQuantParams& p, uint32_t per_row, bool vec, cudaStream_t stream,
+                                       bool pdl) {
+  const dim3 grid(static_cast<uint32_t>(p.T_s * per_row)), block(kRowBlockThreads);
+  return vec ? launch_kernel(rms_norm_quant_slot_kernel<T, true, kC>, grid, block, stream, pdl, p, per_row)
+             : launch_kernel(rms_norm_quant_slot_kernel<T, false, kC>, grid, block, stream, pdl, p, per_row);
+}
+
 template <typename T>
 cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   if (p.T_s == 0 || p.out.D == 0) return cudaSuccess;
@@ -1455,6 +1518,10 @@ cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cud
   const bool vec = row_vec_ok<T>(p.x, p.x_stride) && row_vec_ok<T>(p.weight, 0) &&
                    (p.residual == nullptr || row_vec_ok<T>(p.residual, p.r_stride));
   if (const uint32_t cluster = rms_split_cluster(p.T_s, s, sm_count); cluster != 0) {
+    if (const uint32_t per_row = rms_slot_blocks(s, p.residual != nullptr); per_row != 0) {
+      return per_row == 2 ? launch_rms_norm_quant_slot<T, 2>(p, per_row, vec, stream, pdl)
+                          : launch_rms_norm_quant_slot<T, 4>(p, per_row, vec, stream, pdl);
+    }
     if (p.residual != nullptr) {
       return vec ? launch_rms_norm_quant_split<T, true, true>(p, s, cluster, stream, pdl)
                  : launch_rms_norm_quant_split<T, false, true>(p, s, cluster, stream, pdl);
