@@ -977,6 +977,14 @@ __device__ __forceinline__ void mbarrier_wait_first_phase(uint32_t bar) {
       : "memory");
 }
 
+// A chunk's squares folded into a lane's chain of fused multiply-adds, in element order (SPEC
+// section 9, step 2, in fused_quant.h's lane layout); every rms_norm_quant kernel sums with it.
+__device__ __forceinline__ float fold_squares(const float (&v)[kChunkElems], float acc) {
+#pragma unroll
+  for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+  return acc;
+}
+
 // y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs; both
 // rms_norm_quant kernels end with it.
 template <typename T>
@@ -1132,8 +1140,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
           if (in_row(k)) store_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, r[k]);
         }
         // A chunk not loaded is zeros, and fma(0, 0, acc) is acc: no test needed.
-#pragma unroll
-        for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+        acc = fold_squares(v, acc);
       }
     }
     // The pairwise sums of fused_quant.h: within 32 lanes, then over the row's warps.
@@ -1224,8 +1231,7 @@ __global__ void __launch_bounds__(32 * kK)
       if (kind == RowKind::kData && lane + static_cast<int64_t>(kk) * W < chunks) {
         float v[kChunkElems];
         raw_to_floats<T>(staged[kk][l], v);
-#pragma unroll
-        for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+        acc = fold_squares(v, acc);
       }
     }
     for (uint32_t off = 16; off > 0; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
@@ -1288,8 +1294,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     if (k == static_cast<int>(j)) mine = r[k];
     float v[kChunkElems];
     raw_to_floats<T>(r[k], v);
-#pragma unroll
-    for (int i = 0; i < kChunkElems; ++i) acc = fma_rn(v[i], v[i], acc);
+    acc = fold_squares(v, acc);
   }
 #pragma unroll
   for (uint32_t off = 16; off > 0; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
