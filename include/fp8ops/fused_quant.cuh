@@ -65,15 +65,23 @@ struct RawChunk {
 // 16 bytes at src when ok, else zeros: one predicated load with no branch around it. A relaxed
 // (strong) load: the compiler keeps such loads in program order, so a batch of them is issued
 // together instead of each being moved down to its first use (which exposes the latency again).
+// kCta: relaxed at block scope, which the multiprocessor's L1 may serve (gpu scope reads the L2):
+// for data that many blocks of a multiprocessor read and nothing writes, such as rms_norm_quant's
+// weight.
+#define FP8OPS_LOAD16_IF(scope)                                                                    \
+  "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n" \
+  " mov.b32 %3, 0;\n @p ld.relaxed." scope ".global.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
+template <bool kCta = false>
 __device__ __forceinline__ uint4 load16_if(const uint4* src, bool ok) {
   uint4 r;
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n"
-      " mov.b32 %3, 0;\n @p ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(src), "r"(static_cast<int>(ok)));
+  if constexpr (kCta) {
+    asm volatile(FP8OPS_LOAD16_IF("cta") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(int(ok)));
+  } else {
+    asm volatile(FP8OPS_LOAD16_IF("gpu") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(int(ok)));
+  }
   return r;
 }
+#undef FP8OPS_LOAD16_IF
 
 // The 32-bit shared-memory address of p.
 __device__ __forceinline__ uint32_t shared_addr(const void* p) {
@@ -92,12 +100,14 @@ __device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // The raw chunk at src (zeros when !ok): 16-byte loads when kVec, else element loads.
-template <typename T, bool kVec>
+template <typename T, bool kVec, bool kCta = false>
 __device__ __forceinline__ RawChunk<T> load_raw8(const T* __restrict__ src, bool ok) {
   RawChunk<T> r;
   if constexpr (kVec) {
 #pragma unroll
-    for (int i = 0; i < RawChunk<T>::kWords; ++i) r.w[i] = load16_if(reinterpret_cast<const uint4*>(src) + i, ok);
+    for (int i = 0; i < RawChunk<T>::kWords; ++i) {
+      r.w[i] = load16_if<kCta>(reinterpret_cast<const uint4*>(src) + i, ok);
+    }
     return r;
   }
   if (!ok) {
@@ -1068,9 +1078,9 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     }
     cp_async_commit();
   };
-  // The weight's chunks: loaded with each row (its latency hides behind the row's), or once by a
-  // pipelined block, whose row comes from shared memory and would wait for them; kept over the rows
-  // of the other kernels, they took registers.
+  // The weight's chunks: loaded with each row (its latency hides behind the row's), at block scope
+  // so that L1 may serve them, or once by a pipelined block, whose row comes from shared memory and
+  // would wait for them; kept over the rows of the other kernels, they took registers.
   RawChunk<T> w[kMaxChunks];
   if constexpr (kPipe) {
 #pragma unroll
@@ -1121,7 +1131,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
           const uint32_t c = lane + k * W;
-          w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
+          w[k] = load_raw8<T, kVec, true>(weight + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
         }
       }
 #pragma unroll
