@@ -995,6 +995,17 @@ __device__ __forceinline__ float fold_squares(const float (&v)[kChunkElems], flo
   return acc;
 }
 
+// The lane sums added pairwise within a warp (SPEC section 9, step 2): acc[j] + acc[j ^ o] for
+// o = 16, ..., 2, 1, skipping o >= W (a row of W < 32 lanes, W a power of two, is summed within
+// its lanes); every lane ends with its row's or its 32 lanes' sum.
+__device__ __forceinline__ float warp_pair_sums(float acc, uint32_t W = 32) {
+#pragma unroll
+  for (uint32_t off = 16; off > 0; off >>= 1) {
+    if (off < W) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+  }
+  return acc;
+}
+
 // y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs; both
 // rms_norm_quant kernels end with it.
 template <typename T>
@@ -1154,10 +1165,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       }
     }
     // The pairwise sums of fused_quant.h: within 32 lanes, then over the row's warps.
-#pragma unroll
-    for (uint32_t off = 16; off > 0; off >>= 1) {
-      if (off < W) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
-    }
+    acc = warp_pair_sums(acc, W);
     if (W > 32) {
       const uint32_t warps = W / 32, first = (threadIdx.x / W) * warps;
       if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = acc;
@@ -1244,7 +1252,7 @@ __global__ void __launch_bounds__(32 * kK)
         acc = fold_squares(v, acc);
       }
     }
-    for (uint32_t off = 16; off > 0; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+    acc = warp_pair_sums(acc);
     if (blocks == 1) {  // a row of 32 lanes: no other block to send to
       if (l == 0) part[0] = acc;
     } else {
@@ -1306,8 +1314,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
     raw_to_floats<T>(r[k], v);
     acc = fold_squares(v, acc);
   }
-#pragma unroll
-  for (uint32_t off = 16; off > 0; off >>= 1) acc = add_rn(acc, __shfl_xor_sync(0xFFFFFFFFu, acc, off));
+  acc = warp_pair_sums(acc);
   if ((lane & 31) == 0) warp_sums[lane / 32] = acc;
   __syncthreads();
   if ((lane & ~31u) + j * W >= chunks) return;  // the warp holds no chunk of slot j
