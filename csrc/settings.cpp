@@ -133,11 +133,10 @@ FP8OPS_C_API int64_t fp8ops_rms_split_cluster(int64_t rows, int64_t chunks, int6
 }
 
 // The blocks per row of rms_norm_quant's slot kernel for `rows` row slots of `chunks` chunks
-// (fused_quant_launch.h's rms_slot_blocks, on the split kernel's grids), or 0 where it does not run.
+// (fused_quant_launch.h's rms_slot_blocks), or 0 where it does not run.
 FP8OPS_C_API int64_t fp8ops_rms_slot_blocks(int64_t rows, int64_t chunks, int64_t residual, int64_t sm_count) {
   const fp8ops::RowShape s = fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane);
-  return fp8ops::rms_split_cluster(rows, s, static_cast<int>(sm_count)) != 0 ? fp8ops::rms_slot_blocks(s, residual != 0)
-                                                                             : 0;
+  return fp8ops::rms_slot_blocks(rows, s, residual != 0, static_cast<int>(sm_count));
 }
 
 // fused_quant_launch.h's rms_pipelined for `rows` row slots of `chunks` chunks, with

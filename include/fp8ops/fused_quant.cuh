@@ -1539,11 +1539,11 @@ cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cud
   if (s.chunks_per_lane > kRmsMaxChunksPerLane) return cudaErrorInvalidValue;
   const bool vec = row_vec_ok<T>(p.x, p.x_stride) && row_vec_ok<T>(p.weight, 0) &&
                    (p.residual == nullptr || row_vec_ok<T>(p.residual, p.r_stride));
+  if (const uint32_t per_row = rms_slot_blocks(p.T_s, s, p.residual != nullptr, sm_count); per_row != 0) {
+    return per_row == 2 ? launch_rms_norm_quant_slot<T, 2>(p, per_row, vec, stream, pdl)
+                        : launch_rms_norm_quant_slot<T, 4>(p, per_row, vec, stream, pdl);
+  }
   if (const uint32_t cluster = rms_split_cluster(p.T_s, s, sm_count); cluster != 0) {
-    if (const uint32_t per_row = rms_slot_blocks(s, p.residual != nullptr); per_row != 0) {
-      return per_row == 2 ? launch_rms_norm_quant_slot<T, 2>(p, per_row, vec, stream, pdl)
-                          : launch_rms_norm_quant_slot<T, 4>(p, per_row, vec, stream, pdl);
-    }
     if (p.residual != nullptr) {
       return vec ? launch_rms_norm_quant_split<T, true, true>(p, s, cluster, stream, pdl)
                  : launch_rms_norm_quant_split<T, false, true>(p, s, cluster, stream, pdl);

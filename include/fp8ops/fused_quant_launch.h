@@ -39,13 +39,14 @@ inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count)
   return rows * cluster <= kRmsSplitBlocksPerSm * sm_count ? cluster : 0;
 }
 
-// On the split kernel's grids, rows of 256 lanes of two to four chunks (D = 4096 to 8192) without
-// the residual take the slot kernel instead: a block per chunk slot, each summing the whole row
-// itself, so no cluster and no exchange. Returns its blocks per row (the row's chunk slots), or 0.
-// With the residual, blocks that read the row could not also write it back without a cluster.
-inline uint32_t rms_slot_blocks(const RowShape& s, bool residual) {
+// On the split kernel's grids (rms_split_cluster), `rows` row slots of 256 lanes of two to four
+// chunks (D = 4096 to 8192) without the residual take the slot kernel instead: a block per chunk
+// slot, each summing the whole row itself, so no cluster and no exchange. Returns its blocks per
+// row (the row's chunk slots), or 0. With the residual, blocks that read the row could not also
+// write it back without a cluster.
+inline uint32_t rms_slot_blocks(int64_t rows, const RowShape& s, bool residual, int sm_count) {
   if (residual || s.lanes != kRowBlockThreads || s.chunks_per_lane < 2 || s.chunks_per_lane > 4) return 0;
-  return s.chunks_per_lane;
+  return rms_split_cluster(rows, s, sm_count) != 0 ? s.chunks_per_lane : 0;
 }
 
 // Whether rms_norm_quant's row kernel for rows of 256 lanes (W = 256, a row per block) knows W at
