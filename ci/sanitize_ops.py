@@ -50,15 +50,18 @@ def main() -> int:
         # 90 rows of 6144: lanes of two adjacent chunks (bf16, fp16), two passes per row; for bf16
         # the SiLU table.
         read_back(*fp8ops.silu_mul_quant(rand(90, 2 * 6144, dtype=dtype), 64, layout, pad_rows_to=4))
-        # rms_norm_quant's split kernel in clusters of 8 blocks (7168) and of 1 (512).
+        # rms_norm_quant's split kernel in clusters of 8 blocks (7168) and in one block (512; 1536,
+        # 64 lanes of four chunks, with the residual).
         read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6,
                                          rand(3, 7168, dtype=dtype), 128, layout))  # fmt: skip
         read_back(*fp8ops.rms_norm_quant(rand(5, 512, dtype=dtype), rand(512, dtype=dtype), 1e-6, None, 64, layout))
+        read_back(*fp8ops.rms_norm_quant(rand(3, 1536, dtype=dtype), rand(1536, dtype=dtype), 1e-6,
+                                         rand(3, 1536, dtype=dtype), 128, layout))  # fmt: skip
         # Its slot kernel (no residual): 3 rows of 7168 in 4 blocks each (the last with half its
         # warps quantizing), q and scale padding rows.
         read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6, None, 128, layout,
                                          False, 4))  # fmt: skip
-        calls += 4
+        calls += 5
     for layout in LAYOUTS:
         # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))

@@ -126,7 +126,7 @@ FP8OPS_C_API void fp8ops_silu_table(int64_t* out) {
 }
 
 // fused_quant_launch.h's rms_split_cluster for `rows` row slots of `chunks` chunks: the cluster
-// size of the split kernel, or 0 for the row kernel.
+// size of the split kernel (1: one block per row), or 0 for the row kernel.
 FP8OPS_C_API int64_t fp8ops_rms_split_cluster(int64_t rows, int64_t chunks, int64_t sm_count) {
   return fp8ops::rms_split_cluster(rows, fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane),
                                    static_cast<int>(sm_count));

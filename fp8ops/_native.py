@@ -144,8 +144,9 @@ def silu_table() -> list:
 
 
 def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
-    """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks,
-    or 0 where the row kernel runs (include/fp8ops/fused_quant_launch.h)."""
+    """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks
+    (1: one block per row, no cluster), or 0 where the row kernel runs
+    (include/fp8ops/fused_quant_launch.h)."""
     return _lib().fp8ops_rms_split_cluster(rows, chunks, sm_count)
 
 

@@ -714,22 +714,23 @@ def test_cuda_silu_close_to_torch_unfused_route():
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 512, 128), (1, 7168, 128), (3, 1536, 64), (5, 512, 32), (17, 16384, 128), (4097, 256, 128))
-    # 2048: clusters of 4 blocks; 300 x 7168, 700 x 1024, 400 x 1536 and 600 x 768: grids too
-    # large for the split kernel (7168, 1536 and 768: rows of 256, 64 and 32 lanes of three or four
-    # chunks, in the kernel whose rows of several warps take their inverse in the first). In the
-    # kernel of four chunks a lane, whole warps lack the fourth chunk at 7168 (its upper half), 1536,
-    # 768 and 384 (16 lanes), and the third too at 2560 (128 lanes: two warps have it).
+    # 2048: a row of 128 lanes of two chunks in one block; 3072: clusters of 4 blocks; 300 x 7168,
+    # 700 x 1024, 400 x 1536 and 600 x 768: grids too large for the split kernel (7168, 1536 and
+    # 768: rows of 256, 64 and 32 lanes of three or four chunks, in the kernel whose rows of several
+    # warps take their inverse in the first). In the kernel of four chunks a lane, whole warps lack
+    # the fourth chunk at 7168 (its upper half), 1536, 768 and 384 (16 lanes), and the third too at
+    # 2560 (128 lanes: two warps have it).
     shapes = (*shapes, (2, 2048, 128), (300, 7168, 128), (700, 1024, 64), (400, 1536, 128), (600, 768, 64))
-    shapes = (*shapes, (200, 2560, 128), (300, 384, 128))
+    shapes = (*shapes, (6, 3072, 128), (200, 2560, 128), (300, 384, 128))
     # Rows of 256 lanes in the row kernel that knows W: 300 x 7168 above, 100 x 4096 (two chunks a
     # lane; with the residual, the kernel that does not know W) and 70 x 16384 (eight).
     shapes = (*shapes, (100, 4096, 128), (70, 16384, 128))
     # The slot kernel without the residual (1 x 7168 above): rows of 2, 3 and 4 chunk slots.
     shapes = (*shapes, (9, 4096, 128), (5, 5120, 64), (2, 8192, 128))
-    # Every kernel runs: the row kernel, the split kernel in clusters of 1, 2, 4 and 8 blocks, and
-    # the slot kernel.
+    # Every kernel runs: the row kernel, the split kernel in one block (512, 1536, 2048) and in
+    # clusters of 4 and 8 blocks, and the slot kernel.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 2, 4, 8}
+    assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 4, 8}
     slot = {(M, D) for M, D, _ in shapes if _native.rms_slot_blocks(_layout.align(M, 4), D // 8, False, sms)}
     assert slot == {(1, 7168), (9, 4096), (5, 5120), (2, 8192)}
     row_kernel = [D for M, D, _ in shapes if _native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) == 0]

@@ -381,17 +381,23 @@ def test_silu_masked_pairs():
 
 
 def test_rms_split_cluster():
-    """The split kernel takes rows of 32 lanes or more, a cluster of lanes / 32 blocks per row, on
-    grids of at most 4 blocks per multiprocessor; the row kernel takes the others."""
+    """The split kernel takes rows of 32 lanes or more on grids of at most 4 blocks of 32 lanes
+    per multiprocessor: a row whose lanes times its chunks per lane (a power of two) fit 256
+    threads in one block (1), a wider row in a cluster of lanes / 32 blocks; the row kernel (0)
+    takes the others."""
     split = _native.rms_split_cluster
-    assert split(1, 896, 132) == 8  # D = 7168: 256 lanes
+    assert split(1, 896, 132) == 8  # D = 7168: 256 lanes of four chunks
     assert split(66, 896, 132) == 8 and split(67, 896, 132) == 0
-    assert split(264, 192, 132) == 2 and split(265, 192, 132) == 0  # D = 1536: 64 lanes
+    assert split(1, 384, 132) == 4 and split(132, 384, 132) == 4 and split(133, 384, 132) == 0  # D = 3072
+    assert split(1, 256, 132) == 1 and split(132, 256, 132) == 1 and split(133, 256, 132) == 0  # D = 2048
+    assert split(264, 192, 132) == 1 and split(265, 192, 132) == 0  # D = 1536: 64 lanes of four
     assert split(528, 64, 132) == 1 and split(529, 64, 132) == 0  # D = 512: 32 lanes
     assert split(1, 48, 132) == 0  # 16 lanes
     for chunks in range(4, 2049, 4):
         lanes = _native.row_shape(chunks, "rms")["lanes"]
-        assert split(1, chunks, 132) == (lanes // 32 if lanes >= 32 else 0), chunks
+        per_lane = 1 << (-(-chunks // lanes) - 1).bit_length()
+        expected = 0 if lanes < 32 else 1 if lanes * per_lane <= 256 else lanes // 32
+        assert split(1, chunks, 132) == expected, chunks
 
 
 def test_rms_slot_blocks():

@@ -1189,34 +1189,37 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   }
 }
 
-// ---- rms_norm_quant, split (small grids; fused_quant_launch.h's rms_split_cluster): row t is
-// shared by a cluster of W / 32 blocks; block `rank` holds lanes 32 * rank .. 32 * rank + 31 of
-// the row's W lanes, one thread per chunk (warp k holds chunk lane + k * W of each of them). The
-// sum keeps the row kernel's order: each lane's chain runs in one thread of warp 0 over the
-// lane's chunks staged in shared memory, and the blocks' 32-lane sums, sent to every block of the
-// cluster through distributed shared memory, are added there as the row kernel adds its warps'.
-template <typename T, bool kVec, int kK, bool kResidual>
-__global__ void __launch_bounds__(32 * kK)
+// ---- rms_norm_quant, split (small grids; fused_quant_launch.h's rms_split_cluster): row t gets
+// a thread per chunk, its W lanes in one block (kCluster false; W * kK <= kRowBlockThreads) or in a
+// cluster of W / 32 blocks, block `rank` holding lanes 32 * rank .. 32 * rank + 31. Warp-sized
+// bands of threads hold chunk lane + k * W of the block's lanes. The sum keeps the row kernel's
+// order: each lane's chain runs in one thread (k = 0) over the lane's chunks staged in shared
+// memory, and the 32-lane sums, gathered in shared memory (sent to every block of the cluster
+// through distributed shared memory), are added as the row kernel adds its warps'.
+template <typename T, bool kVec, int kK, bool kResidual, bool kCluster>
+__global__ void __launch_bounds__(kCluster ? 32 * kK : kRowBlockThreads)
     rms_norm_quant_split_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
-  namespace cg = cooperative_groups;
-  constexpr uint32_t kMaxCluster = kRowBlockThreads / 32;
+  constexpr uint32_t kMaxParts = kRowBlockThreads / 32;
+  constexpr uint32_t kBlockLanes = kCluster ? 32 : kRowBlockThreads / kK;
   constexpr int64_t kChunksPerLine = 128 / (kChunkElems * sizeof(T));
-  __shared__ RawChunk<T> staged[kK][32];
-  __shared__ float part[kMaxCluster];         // the blocks' 32-lane sums, by rank
-  __shared__ alignas(8) uint64_t sums_ready;  // an mbarrier: complete when every sum is in part
-  const cg::cluster_group cluster = cg::this_cluster();
-  const uint32_t rank = cluster.block_rank(), blocks = cluster.num_blocks();
+  __shared__ RawChunk<T> staged[kK][kBlockLanes];
+  __shared__ float part[kMaxParts];           // the row's 32-lane sums, in lane order
+  __shared__ alignas(8) uint64_t sums_ready;  // cluster: an mbarrier, complete when every sum is in part
+  const uint32_t W = 1u << lanes_log2, parts = W / 32;
+  const uint32_t block_lanes_log2 = kCluster ? 5 : lanes_log2;
+  const uint32_t rank = kCluster ? cooperative_groups::this_cluster().block_rank() : 0;
   const uint32_t bar = shared_addr(&sums_ready);
-  if (blocks > 1) cluster_init_mbarrier(bar);
-  const uint32_t W = 1u << lanes_log2, l = threadIdx.x & 31, k = threadIdx.x >> 5;
-  const uint32_t lane = rank * 32 + l;
+  if constexpr (kCluster) cluster_init_mbarrier(bar);
+  const uint32_t l = threadIdx.x & ((1u << block_lanes_log2) - 1), k = threadIdx.x >> block_lanes_log2;
+  const uint32_t lane = (rank << block_lanes_log2) + l;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
-  const int64_t t = blockIdx.x / blocks, chunks = p.out.D / kChunkElems, c = lane + static_cast<int64_t>(k) * W;
+  const int64_t t = blockIdx.x / (kCluster ? parts : 1), chunks = p.out.D / kChunkElems,
+                c = lane + static_cast<int64_t>(k) * W;
   const T* __restrict__ x = static_cast<const T*>(p.x) + t * p.x_stride + c * kChunkElems;
   T* __restrict__ res = kResidual ? static_cast<T*>(p.residual) + t * p.r_stride + c * kChunkElems : nullptr;
   const T* __restrict__ weight = static_cast<const T*>(p.weight) + c * kChunkElems;
   // Before waiting for the previous grid: the L2 prefetch of the row's lines and, by row 0's
-  // cluster, of the weight's (launch.cuh says why that is safe), one thread per line.
+  // blocks, of the weight's (launch.cuh says why that is safe), one thread per line.
   if (c < chunks && c % kChunksPerLine == 0) {
     if (t < p.T) {
       prefetch_l2(x);
@@ -1253,19 +1256,19 @@ __global__ void __launch_bounds__(32 * kK)
       }
     }
     acc = warp_pair_sums(acc);
-    if (blocks == 1) {  // a row of 32 lanes: no other block to send to
-      if (l == 0) part[0] = acc;
-    } else {
-      if (l == 0) mbarrier_expect_bytes(bar, blocks * sizeof(float));
-      if (l < blocks) send_to_block(acc, shared_addr(part + rank), bar, l);
+    if constexpr (kCluster) {
+      if (l == 0) mbarrier_expect_bytes(bar, parts * sizeof(float));
+      if (l < parts) send_to_block(acc, shared_addr(part + rank), bar, l);
+    } else if ((l & 31) == 0) {
+      part[l >> 5] = acc;
     }
   }
-  if (blocks == 1) {
-    __syncthreads();
-  } else {
+  if constexpr (kCluster) {
     mbarrier_wait_first_phase(bar);
+  } else {
+    __syncthreads();
   }
-  const float inv = rms_inverse(pairwise_sum<kMaxCluster>(part, blocks), static_cast<float>(p.out.D), p.norm_eps);
+  const float inv = rms_inverse(pairwise_sum<kMaxParts>(part, parts), static_cast<float>(p.out.D), p.norm_eps);
   const RawChunk<T> a[1] = {rms_scaled<T>(r, w, inv)};
   quant_store_chunks<T, 1>(p.out, a, kind, 0, t, static_cast<uint32_t>(c), W, static_cast<uint32_t>(chunks),
                            group_lanes);
@@ -1511,11 +1514,19 @@ template <typename T, bool kVec, bool kResidual>
 cudaError_t launch_rms_norm_quant_split(const RmsNormQuantParams& p, const RowShape& s, uint32_t cluster,
                                         cudaStream_t stream, bool pdl) {
   const uint32_t lanes_log2 = row_lanes_log2(s);
+  const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
+  if (cluster == 1) {  // the row's lanes times max_chunks fit one block (rms_split_cluster)
+    const dim3 grid(static_cast<uint32_t>(p.T_s)), block(s.lanes * max_chunks);
+    return max_chunks == 2 ? launch_kernel(rms_norm_quant_split_kernel<T, kVec, 2, kResidual, false>, grid, block,
+                                           stream, pdl, p, lanes_log2)
+                           : launch_kernel(rms_norm_quant_split_kernel<T, kVec, 4, kResidual, false>, grid, block,
+                                           stream, pdl, p, lanes_log2);
+  }
   const dim3 grid(static_cast<uint32_t>(p.T_s * cluster));
-#define FP8OPS_RMS_SPLIT_LAUNCH(K)                                                                                \
-  return launch_kernel_clustered(rms_norm_quant_split_kernel<T, kVec, K, kResidual>, grid, dim3(32 * K), cluster, \
-                                 stream, pdl, p, lanes_log2)
-  switch (row_max_chunks(s.chunks_per_lane)) {
+#define FP8OPS_RMS_SPLIT_LAUNCH(K)                                                                             \
+  return launch_kernel_clustered(rms_norm_quant_split_kernel<T, kVec, K, kResidual, true>, grid, dim3(32 * K), \
+                                 cluster, stream, pdl, p, lanes_log2)
+  switch (max_chunks) {
     case 2: FP8OPS_RMS_SPLIT_LAUNCH(2);
     case 4: FP8OPS_RMS_SPLIT_LAUNCH(4);
     default: FP8OPS_RMS_SPLIT_LAUNCH(8);

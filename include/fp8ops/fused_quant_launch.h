@@ -26,17 +26,20 @@ inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
 }
 
 // rms_norm_quant's kernel. A grid of few rows leaves most multiprocessors idle while one works
-// through each row; there the split kernel shares a row of W >= 32 lanes out to a cluster of
-// W / 32 blocks, a thread per chunk, so a row's work runs on several multiprocessors at once
-// (each lane's sum is still one thread's chain, in the same order). It takes the grids of at most
-// kRmsSplitBlocksPerSm blocks per multiprocessor; returns the cluster size, or 0 for the row
-// kernel (one block per row, or per several rows of fewer lanes).
+// through each row; there the split kernel gives a row of W >= 32 lanes a thread per chunk (each
+// lane's sum is still one thread's chain, in the same order). A row whose threads fit one block
+// of at most kRowBlockThreads takes one block; a wider row is shared out to a cluster of W / 32
+// blocks, so its work runs on several multiprocessors at once (one block of 512 or 1024 threads
+// was slower on grids of up to 16 rows). It takes the grids of at most kRmsSplitBlocksPerSm blocks of 32 lanes per
+// multiprocessor; returns the cluster size (1: one block, no cluster), or 0 for the row kernel
+// (one block per row, or per several rows of fewer lanes).
 constexpr int64_t kRmsSplitBlocksPerSm = 4;
 
 inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count) {
   if (s.lanes < 32) return 0;
-  const uint32_t cluster = s.lanes / 32;
-  return rows * cluster <= kRmsSplitBlocksPerSm * sm_count ? cluster : 0;
+  const uint32_t parts = s.lanes / 32;
+  if (rows * parts > kRmsSplitBlocksPerSm * sm_count) return 0;
+  return s.lanes * row_max_chunks(s.chunks_per_lane) <= kRowBlockThreads ? 1 : parts;
 }
 
 // On the split kernel's grids (rms_split_cluster), `rows` row slots of 256 lanes of two to four
