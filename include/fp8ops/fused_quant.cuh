@@ -1191,11 +1191,11 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
 
 // ---- rms_norm_quant, split (small grids; fused_quant_launch.h's rms_split_cluster): row t gets
 // a thread per chunk, its W lanes in one block (kCluster false; W * kK <= kRowBlockThreads) or in a
-// cluster of W / 32 blocks, block `rank` holding lanes 32 * rank .. 32 * rank + 31. Warp-sized
-// bands of threads hold chunk lane + k * W of the block's lanes. The sum keeps the row kernel's
-// order: each lane's chain runs in one thread (k = 0) over the lane's chunks staged in shared
-// memory, and the 32-lane sums, gathered in shared memory (sent to every block of the cluster
-// through distributed shared memory), are added as the row kernel adds its warps'.
+// cluster of W / 32 blocks, block `rank` holding lanes 32 * rank .. 32 * rank + 31. Band k of a
+// block's threads, a thread per lane of the block, holds chunk lane + k * W. The sum keeps the row
+// kernel's order: each lane's chain runs in one thread (k = 0) over the lane's chunks staged in
+// shared memory, and the 32-lane sums, gathered in shared memory (sent to every block of the
+// cluster through distributed shared memory), are added as the row kernel adds its warps'.
 template <typename T, bool kVec, int kK, bool kResidual, bool kCluster>
 __global__ void __launch_bounds__(kCluster ? 32 * kK : kRowBlockThreads)
     rms_norm_quant_split_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2) {
