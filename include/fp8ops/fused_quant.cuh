@@ -74,10 +74,11 @@ struct RawChunk {
 template <bool kCta = false>
 __device__ __forceinline__ uint4 load16_if(const uint4* src, bool ok) {
   uint4 r;
+  const int pred = static_cast<int>(ok);
   if constexpr (kCta) {
-    asm volatile(FP8OPS_LOAD16_IF("cta") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(int(ok)));
+    asm volatile(FP8OPS_LOAD16_IF("cta") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(pred));
   } else {
-    asm volatile(FP8OPS_LOAD16_IF("gpu") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(int(ok)));
+    asm volatile(FP8OPS_LOAD16_IF("gpu") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(pred));
   }
   return r;
 }
@@ -1203,8 +1204,9 @@ __global__ void __launch_bounds__(kCluster ? 32 * kK : kRowBlockThreads)
   constexpr uint32_t kBlockLanes = kCluster ? 32 : kRowBlockThreads / kK;
   constexpr int64_t kChunksPerLine = 128 / (kChunkElems * sizeof(T));
   __shared__ RawChunk<T> staged[kK][kBlockLanes];
-  __shared__ float part[kMaxParts];           // the row's 32-lane sums, in lane order
-  __shared__ alignas(8) uint64_t sums_ready;  // cluster: an mbarrier, complete when every sum is in part
+  __shared__ float part[kMaxParts];  // the row's 32-lane sums, in lane order
+  // Cluster: an mbarrier, complete when every sum is in part.
+  __shared__ alignas(8) uint64_t sums_ready;
   const uint32_t W = 1u << lanes_log2, parts = W / 32;
   const uint32_t block_lanes_log2 = kCluster ? 5 : lanes_log2;
   const uint32_t rank = kCluster ? cooperative_groups::this_cluster().block_rank() : 0;
@@ -1275,9 +1277,9 @@ __global__ void __launch_bounds__(kCluster ? 32 * kK : kRowBlockThreads)
 }
 
 // ---- rms_norm_quant, slot (small grids; fused_quant_launch.h's rms_slot_blocks): row t of 256
-// lanes without the residual goes to `per_row` blocks, one per chunk slot. Each block loads the whole
-// row and sums it as the row kernel does (SPEC's order, no exchange between blocks), then block j
-// scales and quantizes chunk slot j of every lane (chunks lane + j * 256).
+// lanes without the residual goes to `per_row` blocks, one per chunk slot. Each block loads the
+// whole row and sums it as the row kernel does (SPEC's order, no exchange between blocks), then
+// block j scales and quantizes chunk slot j of every lane (chunks lane + j * 256).
 template <typename T, bool kVec, int kMaxChunks>
 __global__ void __launch_bounds__(kRowBlockThreads)
     rms_norm_quant_slot_kernel(const RmsNormQuantParams p, const uint32_t per_row) {

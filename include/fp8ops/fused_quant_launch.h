@@ -30,9 +30,9 @@ inline uint32_t row_max_chunks(uint32_t chunks_per_lane) {
 // lane's sum is still one thread's chain, in the same order). A row whose threads fit one block
 // of at most kRowBlockThreads takes one block; a wider row is shared out to a cluster of W / 32
 // blocks, so its work runs on several multiprocessors at once (one block of 512 or 1024 threads
-// was slower on grids of up to 16 rows). It takes the grids of at most kRmsSplitBlocksPerSm blocks of 32 lanes per
-// multiprocessor; returns the cluster size (1: one block, no cluster), or 0 for the row kernel
-// (one block per row, or per several rows of fewer lanes).
+// was slower on grids of up to 16 rows). It takes the grids of at most kRmsSplitBlocksPerSm
+// blocks of 32 lanes per multiprocessor; returns the cluster size (1: one block, no cluster), or 0
+// for the row kernel (one block per row, or per several rows of fewer lanes).
 constexpr int64_t kRmsSplitBlocksPerSm = 4;
 
 inline uint32_t rms_split_cluster(int64_t rows, const RowShape& s, int sm_count) {
