@@ -504,7 +504,7 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # bf16 grids of 2^18 gate values or more look SiLU up in a table: rows, and 40 rows of 8192 in
     # slices (fused_quant_launch.h's silu_table).
     shapes = (*shapes, (40, 16384, 128))
-    # 1000 rows of 2048 (and the 4097 of 512 above): in bf16 those table kernels of a unit a lane
+    # 1000 rows of 2048 (and the 4097 of 512 above): in bf16 those table kernels of a pair a lane
     # run on half the blocks, each making two passes (fused_quant_launch.h's silu_flat_blocks).
     shapes = (*shapes, (1000, 2048, 128))
     # Every lane shape runs: a chunk per lane, two adjacent chunks (large or wide rows), slices.

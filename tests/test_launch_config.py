@@ -358,10 +358,10 @@ def test_silu_table():
 
 
 def test_silu_flat_blocks():
-    """A flat grid of the table kernels whose lanes hold one unit of a row, where every block would
+    """A flat grid of the table kernels whose lanes hold one pair of a row, where every block would
     make one pass, gets half the blocks (two passes each), unless fewer than 7/8 of the
-    multiprocessors (units of two chunks) or than all of them (single chunks) would then get a
-    block; other grids keep a block per row group up to the resident blocks."""
+    multiprocessors would then get a block; other grids keep a block per row group up to the
+    resident blocks."""
     blocks = lambda chunks, rows, table=True, elem=2, per_sm=4: _native.silu_flat_blocks(  # noqa: E731
         chunks, rows, elem, True, table, per_sm, 132
     )
@@ -369,8 +369,8 @@ def test_silu_flat_blocks():
     assert blocks(256, 512) == 128 and blocks(256, 1024) == 256 and blocks(256, 1056) == 264
     assert blocks(256, 1058) == 528 and blocks(256, 4096) == 528  # past the resident blocks
     assert blocks(256, 462) == 116  # 116 blocks: at least 7/8 of 132
-    assert blocks(256, 448) == 224 and blocks(256, 264) == 132  # single chunks: a block for each SM
-    assert blocks(256, 262) == 262 and blocks(256, 192) == 192
+    assert blocks(64, 1848) == 116 and blocks(64, 1856) == 116  # H = 512: pairs on 32 lanes, 8 rows a block
+    assert blocks(256, 448) == 448 and blocks(256, 300) == 300  # single chunks: a block per row
     assert blocks(256, 512, table=False) == 256  # fp16, or under 2^18 values: no table to copy
     assert blocks(192, 512) == 256  # H = 1536: two chunks a lane, a block per two rows
     assert blocks(896, 512) == 512  # H = 7168: two units a lane, two passes a row already
@@ -382,9 +382,9 @@ def test_silu_flat_blocks():
                 continue
             groups = -(-rows // shape["rows_per_block"])
             base = _native.row_grid_blocks(rows, shape["rows_per_block"], 4, 132)
-            least = 116 if shape["adjacent"] == 2 else 132
             got = blocks(chunks, rows)
-            if shape["units_per_lane"] == 1 and groups <= base and -(-groups // 2) >= least:
+            pair_pass = shape["adjacent"] == 2 and shape["units_per_lane"] == 1
+            if pair_pass and groups <= base and -(-groups // 2) >= 116:
                 assert got == -(-groups // 2), (chunks, rows)
             else:
                 assert got == base, (chunks, rows)

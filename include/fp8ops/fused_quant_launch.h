@@ -198,15 +198,16 @@ inline uint32_t row_grid_blocks(int64_t rows, uint32_t rows_per_block, int block
 
 // silu_mul_quant's flat grid (silu_shape's row shape s, not sliced; units of `adjacent` chunks):
 // row_grid_blocks at blocks_per_sm. Every block of a table kernel first copies the SiLU table, so
-// where such a grid's blocks would each make the single pass of a row group of one unit a lane,
-// half as many make two: half the copies, and room for the next grid's blocks under PDL. Not where
-// under 7/8 of the multiprocessors (single chunks, whose passes are shorter: all) would get one.
+// where such a grid's blocks would each make the single pass of a row group of one pair of chunks
+// a lane, half as many make two: half the copies, and room for the next grid's blocks under PDL.
+// Not where under 7/8 of the multiprocessors would get one, nor for single chunks (slower).
 inline uint32_t silu_flat_blocks(int64_t rows, const RowShape& s, uint32_t adjacent, bool table, int blocks_per_sm,
                                  int sm_count) {
   const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, blocks_per_sm, sm_count);
   const int64_t groups = (rows + s.rows_per_block - 1) / s.rows_per_block, half = (groups + 1) / 2;
-  const int64_t least = adjacent == 2 ? (int64_t(sm_count) * 7 + 7) / 8 : sm_count;
-  if (!table || s.chunks_per_lane != 1 || groups > blocks || half < least) return blocks;
+  if (!table || adjacent != 2 || s.chunks_per_lane != 1 || groups > blocks || half * 8 < int64_t(sm_count) * 7) {
+    return blocks;
+  }
   return static_cast<uint32_t>(half);
 }
 
