@@ -358,8 +358,8 @@ def test_silu_table():
 
 
 def test_silu_flat_blocks():
-    """A flat grid of the table kernels whose lanes hold one pair of a row, where every block would
-    make one pass, gets half the blocks (two passes each), unless fewer than 7/8 of the
+    """A flat grid of the table kernels whose lanes hold one pair of chunks of a row, where every
+    block would make one pass, gets half the blocks (two passes each), unless fewer than 7/8 of the
     multiprocessors would then get a block; other grids keep a block per row group up to the
     resident blocks."""
     blocks = lambda chunks, rows, table=True, elem=2, per_sm=4: _native.silu_flat_blocks(  # noqa: E731
