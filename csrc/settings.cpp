@@ -107,15 +107,20 @@ FP8OPS_C_API void fp8ops_silu_masked_pairs(int64_t chunks, int64_t rows, int64_t
   out[1] = p.lanes_log2;
 }
 
-// fused_quant_launch.h's silu_flat_blocks: the blocks of the flat row kernel's grid for `rows`
-// row slots of `chunks` chunks (silu_shape, 0 for a sliced shape), with resident_per_sm blocks of
-// that kernel on each multiprocessor.
-FP8OPS_C_API int64_t fp8ops_silu_flat_blocks(int64_t chunks, int64_t rows, int64_t elem_bytes, int64_t vec16,
-                                             int64_t table, int64_t resident_per_sm, int64_t sm_count) {
+// fused_quant_launch.h's silu_flat_grid: writes out[0..1], the blocks and threads a block of the
+// flat row kernel's grid for `rows` row slots of `chunks` chunks (silu_shape; 0, 0 for a sliced
+// shape), with resident_per_sm blocks of kRowBlockThreads and wide_per_sm of kSiluFlatWideThreads
+// of that kernel on each multiprocessor.
+FP8OPS_C_API void fp8ops_silu_flat_grid(int64_t chunks, int64_t rows, int64_t elem_bytes, int64_t vec16, int64_t table,
+                                        int64_t resident_per_sm, int64_t wide_per_sm, int64_t sm_count, int64_t* out) {
   const int sms = static_cast<int>(sm_count);
   const fp8ops::SiluShape s = fp8ops::silu_shape(chunks, rows, false, static_cast<int>(elem_bytes), vec16 != 0, sms);
-  if (s.slices > 1) return 0;
-  return fp8ops::silu_flat_blocks(rows, s.row, s.adjacent, table != 0, static_cast<int>(resident_per_sm), sms);
+  out[0] = out[1] = 0;
+  if (s.slices > 1) return;
+  const fp8ops::SiluFlatGrid g = fp8ops::silu_flat_grid(
+      rows, s.row, s.adjacent, table != 0, static_cast<int>(resident_per_sm), static_cast<int>(wide_per_sm), sms);
+  out[0] = g.blocks;
+  out[1] = g.threads;
 }
 
 // fused_quant_launch.h's silu_table: 1 where silu_mul_quant looks the bf16 SiLU up in its table.

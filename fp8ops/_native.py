@@ -31,8 +31,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_silu_masked_pairs.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _I64P]
     lib.fp8ops_silu_table_used.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_silu_table_used.restype = _I64
-    lib.fp8ops_silu_flat_blocks.argtypes = [_I64] * 7
-    lib.fp8ops_silu_flat_blocks.restype = _I64
+    lib.fp8ops_silu_flat_grid.argtypes = [_I64] * 8 + [_I64P]
     lib.fp8ops_rms_pipelined.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64]
     lib.fp8ops_rms_pipelined.restype = _I64
     lib.fp8ops_rms_whole_row.argtypes = [_I64, _I64]
@@ -171,13 +170,25 @@ def rms_pipelined(chunks: int, rows: int, elem_bytes: int, residual: bool, vec16
     return bool(_lib().fp8ops_rms_pipelined(chunks, rows, elem_bytes, int(residual), int(vec16), resident_blocks))
 
 
-def silu_flat_blocks(
-    chunks: int, rows: int, elem_bytes: int, vec16: bool, table: bool, resident_per_sm: int, sm_count: int
-) -> int:
-    """Blocks of silu_mul_quant's flat row kernel for `rows` row slots of `chunks` chunks, with the
-    bf16 SiLU table or not, `resident_per_sm` of its blocks fitting a multiprocessor; 0 where the
-    rows are sliced (include/fp8ops/fused_quant_launch.h)."""
-    return _lib().fp8ops_silu_flat_blocks(chunks, rows, elem_bytes, int(vec16), int(table), resident_per_sm, sm_count)
+def silu_flat_grid(
+    chunks: int,
+    rows: int,
+    elem_bytes: int,
+    vec16: bool,
+    table: bool,
+    resident_per_sm: int,
+    wide_per_sm: int,
+    sm_count: int,
+) -> tuple[int, int]:
+    """The blocks and threads a block of silu_mul_quant's flat row kernel for `rows` row slots of
+    `chunks` chunks, with the bf16 SiLU table or not, `resident_per_sm` of its blocks of 256
+    threads and `wide_per_sm` of 512 fitting a multiprocessor; (0, 0) where the rows are sliced
+    (include/fp8ops/fused_quant_launch.h)."""
+    out = (_I64 * 2)()
+    _lib().fp8ops_silu_flat_grid(
+        chunks, rows, elem_bytes, int(vec16), int(table), resident_per_sm, wide_per_sm, sm_count, out
+    )
+    return out[0], out[1]
 
 
 def row_grid_blocks(rows: int, rows_per_block: int, resident_per_sm: int, sm_count: int) -> int:

@@ -357,38 +357,51 @@ def test_silu_table():
     assert not used(False, False, 1 << 16, 2048) and not used(True, True, 1 << 16, 2048)
 
 
-def test_silu_flat_blocks():
-    """A flat grid of the table kernels whose lanes hold one pair of chunks of a row, where every
-    block would make one pass, gets half the blocks (two passes each), unless fewer than 7/8 of the
-    multiprocessors would then get a block; other grids keep a block per row group up to the
-    resident blocks."""
-    blocks = lambda chunks, rows, table=True, elem=2, per_sm=4: _native.silu_flat_blocks(  # noqa: E731
-        chunks, rows, elem, True, table, per_sm, 132
+def test_silu_flat_grid():
+    """silu_mul_quant's flat grid of the kernels of a pair of chunks a unit: where blocks of 256
+    threads would make more than two passes, blocks of 512 (twice the rows) up to the resident ones.
+    Where every block of a table kernel of one pair of chunks a lane would make one pass, half the
+    blocks of 256 (two passes each), unless fewer than 7/8 of the multiprocessors would then get a
+    block. Other grids keep a block of 256 per row group up to the resident blocks."""
+    grid = lambda chunks, rows, table=True, elem=2, vec=True, wide=2: _native.silu_flat_grid(  # noqa: E731
+        chunks, rows, elem, vec, table, 4, wide, 132
     )
-    # H = 2048: pairs on 128 lanes (two rows a block) from 462 rows, below that a chunk a lane on 256.
-    assert blocks(256, 512) == 128 and blocks(256, 1024) == 256 and blocks(256, 1056) == 264
-    assert blocks(256, 1058) == 528 and blocks(256, 4096) == 528  # past the resident blocks
-    assert blocks(256, 462) == 116  # 116 blocks: at least 7/8 of 132
-    assert blocks(64, 1848) == 116 and blocks(64, 1856) == 116  # H = 512: pairs on 32 lanes, 8 rows a block
-    assert blocks(256, 448) == 448 and blocks(256, 300) == 300  # single chunks: a block per row
-    assert blocks(256, 512, table=False) == 256  # fp16, or under 2^18 values: no table to copy
-    assert blocks(192, 512) == 256  # H = 1536: two chunks a lane, a block per two rows
-    assert blocks(896, 512) == 512  # H = 7168: two units a lane, two passes a row already
-    assert blocks(256, 16) == 0  # sliced
+    # H = 2048: pairs on 128 lanes (two rows a block of 256) from 462 rows, below that a chunk a
+    # lane on 256.
+    assert grid(256, 512) == (128, 256) and grid(256, 1024) == (256, 256) and grid(256, 1056) == (264, 256)
+    assert grid(256, 1058) == (528, 256) and grid(256, 2112) == (528, 256)  # up to two passes
+    assert grid(256, 2114) == (264, 512) and grid(256, 4096) == (264, 512)  # more than two
+    assert grid(256, 4096, wide=0) == (528, 256) and grid(256, 4096, table=False) == (264, 512)
+    assert grid(256, 462) == (116, 256)  # 116 blocks: at least 7/8 of 132
+    assert grid(64, 1848) == (116, 256) and grid(64, 1856) == (116, 256)  # H = 512: pairs on 32 lanes
+    assert grid(256, 448) == (448, 256) and grid(256, 300) == (300, 256)  # single chunks: a block a row
+    assert grid(256, 512, table=False) == (256, 256)  # fp16, or under 2^18 values: no table to copy
+    assert grid(192, 512) == (256, 256)  # H = 1536: two chunks a lane, a block per two rows
+    assert grid(896, 512) == (512, 256)  # H = 7168: two units a lane, two passes a row already
+    assert grid(896, 1024) == (528, 256) and grid(896, 2048) == (264, 512)
+    assert grid(256, 4096, vec=False) == (528, 256)  # a chunk a lane on 256 lanes, loaded by elements
+    assert grid(512, 4096, vec=False) == (528, 256)  # two chunks a lane: two units a pass
+    assert grid(256, 16) == (0, 0)  # sliced
     for chunks in (64, 128, 192, 256, 512, 896):
         for rows in range(100, 5000, 37):
-            shape = _native.silu_shape(chunks, rows, False, 2, True, 132)
-            if shape["slices"] > 1:
-                continue
-            groups = -(-rows // shape["rows_per_block"])
-            base = _native.row_grid_blocks(rows, shape["rows_per_block"], 4, 132)
-            got = blocks(chunks, rows)
-            pair_pass = shape["adjacent"] == 2 and shape["units_per_lane"] == 1
-            if pair_pass and groups <= base and -(-groups // 2) >= 116:
-                assert got == -(-groups // 2), (chunks, rows)
-            else:
-                assert got == base, (chunks, rows)
-            assert blocks(chunks, rows, table=False) == base, (chunks, rows)
+            for vec in (True, False):
+                shape = _native.silu_shape(chunks, rows, False, 2, vec, 132)
+                if shape["slices"] > 1:
+                    continue
+                rpb = shape["rows_per_block"]
+                groups = -(-rows // rpb)
+                base = _native.row_grid_blocks(rows, rpb, 4, 132)
+                pairs = shape["adjacent"] == 2
+                got = grid(chunks, rows, vec=vec)
+                if pairs and groups > 2 * base:
+                    assert got == (_native.row_grid_blocks(rows, 2 * rpb, 2, 132), 512), (chunks, rows)
+                    assert grid(chunks, rows, vec=vec, wide=0) == (base, 256), (chunks, rows)
+                elif pairs and shape["units_per_lane"] == 1 and groups <= base and -(-groups // 2) >= 116:
+                    assert got == (-(-groups // 2), 256), (chunks, rows)
+                else:
+                    assert got == (base, 256), (chunks, rows)
+                if not (pairs and groups > 2 * base):
+                    assert grid(chunks, rows, table=False, vec=vec) == (base, 256), (chunks, rows)
 
 
 def test_silu_masked_pairs():

@@ -668,10 +668,10 @@ cudaError_t launch_silu_mul_values(const void* gate, const void* up, void* a, in
   return cudaGetLastError();
 }
 
-// ---- silu_mul_quant. A block's threads (silu_block_threads) hold threads / W rows of W lanes,
-// each lane units of kAdj adjacent chunks (silu_shape); the grid strides over the rows (flat: the
-// T_s rows; masked: the valid rows of every expert, counted by a prefix sum of masked_m, so the
-// work follows the valid rows, not E * Mmax).
+// ---- silu_mul_quant. A block's threads (masked: silu_block_threads; flat: silu_flat_grid's) hold
+// threads / W rows of W lanes, each lane units of kAdj adjacent chunks (silu_shape); the grid
+// strides over the rows (flat: the T_s rows; masked: the valid rows of every expert, counted by a
+// prefix sum of masked_m, so the work follows the valid rows, not E * Mmax).
 constexpr int kMaskedMaxExperts = 1024;
 
 // A masked_m count clamped into [0, cap] (cap = Mmax), as the CUDA kernel takes it.
@@ -698,10 +698,18 @@ template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kT
 __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
                                           bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table);
 
+// A row kernel's threads a block: silu_block_threads, but as launched where the kernel may be
+// launched with more (the flat kernels of pairs of chunks, silu_flat_grid).
+template <bool kMasked, int kMaxChunks, int kAdj>
+__device__ __forceinline__ uint32_t silu_threads() {
+  constexpr uint32_t kThreads = silu_block_threads(kMasked, kMaxChunks);
+  return silu_kernel_threads(kMasked, kMaxChunks, kAdj) == kThreads ? kThreads : blockDim.x;
+}
+
 // kMaxChunks: units per lane a pass (fused_quant_launch.h's silu_pass_units at most), whose loads
-// are in flight at once; more run in further passes. Blocks of silu_block_threads threads.
+// are in flight at once; more run in further passes. Blocks of up to silu_kernel_threads threads.
 template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
-__global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
+__global__ void __launch_bounds__(silu_kernel_threads(kMasked, kMaxChunks, kAdj))
     silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2, const SiluPairSwitch pairs) {
   static_assert(!kTable || (std::is_same_v<T, __nv_bfloat16> && !kMasked), "the SiLU table: flat bf16 rows");
   constexpr bool kMaskedTable = kSiluMaskedTable<T, kVec, kMaxChunks, kMasked, kAdj>;
@@ -712,7 +720,7 @@ __global__ void __launch_bounds__(silu_block_threads(kMasked, kMaxChunks))
   if constexpr (kTable || kMaskedTable) load_silu_table(silu_table);
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
-  const uint32_t rows_per_block = silu_block_threads(kMasked, kMaxChunks) >> lanes_log2;
+  const uint32_t rows_per_block = silu_threads<kMasked, kMaxChunks, kAdj>() >> lanes_log2;
   const int64_t chunks = p.H / kChunkElems;
   // Before waiting for the previous grid: the L2 prefetch of this block's first row (flat) or of
   // masked_m (launch.cuh says why that is safe).
@@ -794,7 +802,7 @@ __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t 
                                           bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table) {
   const uint32_t W = 1u << lanes_log2;
   const uint32_t lane = threadIdx.x & (W - 1), slot = threadIdx.x >> lanes_log2;
-  const uint32_t rows_per_block = silu_block_threads(kMasked, kMaxChunks) >> lanes_log2;
+  const uint32_t rows_per_block = silu_threads<kMasked, kMaxChunks, kAdj>() >> lanes_log2;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / (kChunkElems * kAdj);
   const int64_t chunks = p.H / kChunkElems;
   const T* __restrict__ x = static_cast<const T*>(p.x);
@@ -1410,15 +1418,21 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
   // A pass of two-chunk units holds one: two per pass would double the registers in flight.
   constexpr int kMaxUnits = static_cast<int>(silu_pass_units(sizeof(T), kAdj));
-#define FP8OPS_SILU_LAUNCH(C)                                                                         \
-  {                                                                                                   \
-    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                             \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;            \
-    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                \
-    const int per_sm = resident_blocks_per_sm<kernel>(kThreads);                                      \
-    const uint32_t blocks = kMasked ? row_grid_blocks(rows, kThreads >> lanes_log2, per_sm, sm_count) \
-                                    : silu_flat_blocks(rows, s, kAdj, kTable, per_sm, sm_count);      \
-    return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);    \
+#define FP8OPS_SILU_LAUNCH(C)                                                                           \
+  {                                                                                                     \
+    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                               \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;              \
+    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                  \
+    const int per_sm = resident_blocks_per_sm<kernel>(kThreads);                                        \
+    if constexpr (kMasked) {                                                                            \
+      const uint32_t blocks = row_grid_blocks(rows, kThreads >> lanes_log2, per_sm, sm_count);          \
+      return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);    \
+    } else {                                                                                            \
+      constexpr uint32_t kWide = silu_kernel_threads(kMasked, kUnits, kAdj);                            \
+      const int wide_per_sm = kWide > kThreads ? resident_blocks_per_sm<kernel>(kWide) : 0;             \
+      const SiluFlatGrid g = silu_flat_grid(rows, s, kAdj, kTable, per_sm, wide_per_sm, sm_count);      \
+      return launch_kernel(kernel, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs); \
+    }                                                                                                   \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH

@@ -115,6 +115,14 @@ constexpr uint32_t silu_block_threads(bool masked, uint32_t pass_units) {
   return masked && pass_units == 1 ? kSiluMaskedThreads : kRowBlockThreads;
 }
 
+// The most threads a block of silu_mul_quant's row kernel is launched with: silu_block_threads, or,
+// for the flat kernels of a pair of chunks a unit, kSiluFlatWideThreads (silu_flat_grid says when).
+constexpr uint32_t kSiluFlatWideThreads = 2 * kRowBlockThreads;
+
+constexpr uint32_t silu_kernel_threads(bool masked, uint32_t pass_units, uint32_t adjacent) {
+  return !masked && adjacent == 2 ? kSiluFlatWideThreads : silu_block_threads(masked, pass_units);
+}
+
 struct SiluShape {
   RowShape row;       // over units of `adjacent` chunks; sliced: a slice's chunks (lanes) and 1, 1
   uint32_t adjacent;  // chunks per unit
@@ -196,19 +204,32 @@ inline uint32_t row_grid_blocks(int64_t rows, uint32_t rows_per_block, int block
   return static_cast<uint32_t>(blocks < 1 ? 1 : blocks);
 }
 
-// silu_mul_quant's flat grid (silu_shape's row shape s, not sliced; units of `adjacent` chunks):
-// row_grid_blocks at blocks_per_sm. Every block of a table kernel first copies the SiLU table, so
-// where such a grid's blocks would each make the single pass of a row group of one pair of chunks
-// a lane, half as many make two: half the copies, and room for the next grid's blocks under PDL.
-// Not where under 7/8 of the multiprocessors would get one, nor for single chunks (slower).
-inline uint32_t silu_flat_blocks(int64_t rows, const RowShape& s, uint32_t adjacent, bool table, int blocks_per_sm,
-                                 int sm_count) {
+// silu_mul_quant's flat grid (silu_shape's row shape s, not sliced; units of `adjacent` chunks),
+// blocks_per_sm blocks of kRowBlockThreads fitting a multiprocessor and wide_per_sm of
+// kSiluFlatWideThreads (0: not offered). The kernels of pairs of chunks are compiled for either
+// size. Where their grid of kRowBlockThreads would make more than two passes, it takes blocks of
+// kSiluFlatWideThreads (twice the rows a block) up to the resident ones: half the blocks a
+// multiprocessor, and of the table kernels half the copies of the table. Where every block of a
+// table kernel of one pair of chunks a lane would make a single pass, half as many blocks of
+// kRowBlockThreads make two (half the copies, and room for the next grid's blocks under PDL), but
+// not where under 7/8 of the multiprocessors would get one, nor for single chunks (slower). Every
+// other grid has row_grid_blocks at blocks_per_sm.
+struct SiluFlatGrid {
+  uint32_t blocks;
+  uint32_t threads;
+};
+
+inline SiluFlatGrid silu_flat_grid(int64_t rows, const RowShape& s, uint32_t adjacent, bool table, int blocks_per_sm,
+                                   int wide_per_sm, int sm_count) {
   const uint32_t blocks = row_grid_blocks(rows, s.rows_per_block, blocks_per_sm, sm_count);
   const int64_t groups = (rows + s.rows_per_block - 1) / s.rows_per_block, half = (groups + 1) / 2;
-  if (!table || adjacent != 2 || s.chunks_per_lane != 1 || groups > blocks || half * 8 < int64_t(sm_count) * 7) {
-    return blocks;
+  if (adjacent == 2 && wide_per_sm > 0 && groups > 2 * int64_t(blocks)) {
+    return {row_grid_blocks(rows, 2 * s.rows_per_block, wide_per_sm, sm_count), kSiluFlatWideThreads};
   }
-  return static_cast<uint32_t>(half);
+  if (!table || adjacent != 2 || s.chunks_per_lane != 1 || groups > blocks || half * 8 < int64_t(sm_count) * 7) {
+    return {blocks, kRowBlockThreads};
+  }
+  return {static_cast<uint32_t>(half), kRowBlockThreads};
 }
 
 }  // namespace fp8ops
