@@ -265,9 +265,9 @@ def silu_shape_of(lanes, units_per_lane, rows_per_block, adjacent, slices, threa
 
 def test_silu_shape_pairs_adjacent_chunks_on_large_or_wide_rows():
     pair = lambda chunks, rows, masked=False, elem=2, vec=True: _native.silu_shape(chunks, rows, masked, elem, vec, 132)  # noqa: E731
-    # H = 2048 (256 chunks): one chunk per lane for small grids, two from 896 * 132 chunks.
+    # H = 2048 (256 chunks): one chunk per lane for small grids, two from 768 * 132 chunks.
     assert pair(256, 100) == silu_shape_of(256, 1, 1, 1, 1, 256)
-    assert pair(256, 462)["adjacent"] == 2 and pair(256, 461)["adjacent"] == 1
+    assert pair(256, 396)["adjacent"] == 2 and pair(256, 395)["adjacent"] == 1
     assert pair(256, 4096) == silu_shape_of(128, 1, 2, 2, 1, 256)
     # Rows that would give a lane more than two chunks: two adjacent chunks per lane at any row
     # count too large for slices; two chunks per lane (H = 1536) stay single on small grids.
@@ -366,7 +366,7 @@ def test_silu_flat_grid():
     grid = lambda chunks, rows, table=True, elem=2, vec=True, wide=2: _native.silu_flat_grid(  # noqa: E731
         chunks, rows, elem, vec, table, 4, wide, 132
     )
-    # H = 2048: pairs on 128 lanes (two rows a block of 256) from 462 rows, below that a chunk a
+    # H = 2048: pairs on 128 lanes (two rows a block of 256) from 396 rows, below that a chunk a
     # lane on 256.
     assert grid(256, 512) == (128, 256) and grid(256, 1024) == (256, 256) and grid(256, 1056) == (264, 256)
     assert grid(256, 1058) == (528, 256) and grid(256, 2112) == (528, 256)  # up to two passes
@@ -374,7 +374,8 @@ def test_silu_flat_grid():
     assert grid(256, 4096, wide=0) == (528, 256) and grid(256, 4096, table=False) == (264, 512)
     assert grid(256, 462) == (116, 256)  # 116 blocks: at least 7/8 of 132
     assert grid(64, 1848) == (116, 256) and grid(64, 1856) == (116, 256)  # H = 512: pairs on 32 lanes
-    assert grid(256, 448) == (448, 256) and grid(256, 300) == (300, 256)  # single chunks: a block a row
+    assert grid(256, 395) == (395, 256) and grid(256, 300) == (300, 256)  # single chunks: a block a row
+    assert grid(256, 448) == (224, 256)  # pairs, one pass: half the blocks would be under 7/8 of 132
     assert grid(256, 512, table=False) == (256, 256)  # fp16, or under 2^18 values: no table to copy
     assert grid(192, 512) == (256, 256)  # H = 1536: two chunks a lane, a block per two rows
     assert grid(896, 512) == (512, 256)  # H = 7168: two units a lane, two passes a row already

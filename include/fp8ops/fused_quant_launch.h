@@ -79,10 +79,11 @@ inline bool rms_pipelined(const RowShape& s, int64_t chunks, int64_t rows, int e
 // units of a row are shared out as row_shape says. Two chunks per unit share the unit's group
 // amax shuffles, scale and addressing, which pays where the kernel is bound by instruction issue:
 // rows that would give a lane more than two chunks, and, flat, grids of at least
-// kSiluPairChunksPerSm chunks per multiprocessor. Smaller grids keep one chunk per lane and twice
-// the lanes, for latency; so do masked buffers of narrower rows, whose valid rows (often a few
-// per expert) only the device knows. Two need bf16 or fp16 rows loaded 16 bytes at a time.
-constexpr int64_t kSiluPairChunksPerSm = 896;
+// kSiluPairChunksPerSm chunks per multiprocessor (there a grid of single chunks would hold more
+// than three blocks a multiprocessor at rows of 256 lanes). Smaller grids keep one chunk per lane
+// and twice the lanes, for latency; so do masked buffers of narrower rows, whose valid rows (often
+// a few per expert) only the device knows. Two need bf16 or fp16 rows loaded 16 bytes at a time.
+constexpr int64_t kSiluPairChunksPerSm = 768;
 
 // A flat grid of few rows would leave most multiprocessors idle while each of the others works
 // through whole rows: its rows are cut into slices, a block per slice and a chunk per lane (the
