@@ -66,7 +66,7 @@ def main() -> int:
         # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))
         calls += 1
-    # 2200 bf16 rows of 2048: blocks of 512 threads, three passes each (silu_flat_grid).
+    # 2200 bf16 rows of 2048: blocks of 512 threads, two or three passes each (silu_flat_grid).
     read_back(*fp8ops.silu_mul_quant(rand(2200, 2 * 2048), 128, "col_tma", pad_rows_to=4))
     calls += 1
     for dtype, layout in itertools.product(DTYPES[:2], LAYOUTS):

@@ -506,7 +506,7 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = (*shapes, (40, 16384, 128))
     # 1000 rows of 2048 (and the 4097 of 512 above): in bf16 those table kernels of a pair a lane
     # run on half the blocks, each making two passes; 2500 rows of 2048: blocks of 512 threads,
-    # three passes each or fewer (fused_quant_launch.h's silu_flat_grid); 420 rows of 2048: pairs,
+    # two or three passes each (fused_quant_launch.h's silu_flat_grid); 420 rows of 2048: pairs,
     # one pass, on a block per row group.
     shapes = (*shapes, (1000, 2048, 128), (2500, 2048, 128), (420, 2048, 128))
     # Every lane shape runs: a chunk per lane, two adjacent chunks (large or wide rows), slices.

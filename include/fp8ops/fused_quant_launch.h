@@ -128,7 +128,8 @@ struct SiluShape {
   RowShape row;       // over units of `adjacent` chunks; sliced: a slice's chunks (lanes) and 1, 1
   uint32_t adjacent;  // chunks per unit
   uint32_t slices;    // slices per flat row (1: whole rows)
-  uint32_t threads;   // per block (row.rows_per_block rows of row.lanes lanes, or a slice)
+  uint32_t threads;   // per block (row.rows_per_block rows of row.lanes lanes, or a slice); a flat
+                      // grid of pairs may take blocks of twice as many (silu_flat_grid)
 };
 
 // chunks: chunks of a row (a multiple of 4: groups hold at least 32 elements); rows: the row
