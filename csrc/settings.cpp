@@ -107,6 +107,11 @@ FP8OPS_C_API void fp8ops_silu_masked_pairs(int64_t chunks, int64_t rows, int64_t
   out[1] = p.lanes_log2;
 }
 
+// fused_quant_launch.h's silu_stream: 1 when the flat table kernel of pairs loads x evict-first.
+FP8OPS_C_API int64_t fp8ops_silu_stream(int64_t rows, int64_t q_rows, int64_t H, int64_t elem_bytes, int64_t l2_bytes) {
+  return fp8ops::silu_stream(rows, q_rows, H, static_cast<int>(elem_bytes), l2_bytes) ? 1 : 0;
+}
+
 // fused_quant_launch.h's silu_flat_grid: writes out[0..1], the blocks and threads a block of the
 // flat row kernel's grid for `rows` row slots of `chunks` chunks (silu_shape; 0, 0 for a sliced
 // shape), with resident_per_sm blocks of kRowBlockThreads and wide_per_sm of kSiluFlatWideThreads

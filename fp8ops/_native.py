@@ -32,6 +32,8 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_silu_table_used.argtypes = [_I64, _I64, _I64, _I64]
     lib.fp8ops_silu_table_used.restype = _I64
     lib.fp8ops_silu_flat_grid.argtypes = [_I64] * 8 + [_I64P]
+    lib.fp8ops_silu_stream.argtypes = [_I64] * 5
+    lib.fp8ops_silu_stream.restype = _I64
     lib.fp8ops_rms_pipelined.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64]
     lib.fp8ops_rms_pipelined.restype = _I64
     lib.fp8ops_rms_whole_row.argtypes = [_I64, _I64]
@@ -134,6 +136,13 @@ def silu_table_used(bf16: bool, masked: bool, rows: int, H: int) -> bool:
     """Whether silu_mul_quant looks the bf16 SiLU up in its table for `rows` data rows of H gate
     values (include/fp8ops/fused_quant_launch.h)."""
     return bool(_lib().fp8ops_silu_table_used(int(bf16), int(masked), rows, H))
+
+
+def silu_stream(rows: int, q_rows: int, H: int, elem_bytes: int, l2_bytes: int) -> bool:
+    """Whether the flat bf16 table kernel of pairs of chunks loads x evict-first, for `rows` data
+    rows and `q_rows` row slots of H gate values on a device with l2_bytes of L2
+    (include/fp8ops/fused_quant_launch.h)."""
+    return bool(_lib().fp8ops_silu_stream(rows, q_rows, H, elem_bytes, l2_bytes))
 
 
 def silu_table() -> list:

@@ -530,9 +530,12 @@ def test_cuda_silu_mul_quant_table_kernel_bit_identical_to_cpu(layout, pdl):
     """Large flat bf16 grids look SiLU up in a table (fused_quant.cuh): rows of every magnitude (in
     and out of the table's domain), rows of tiny gates (the clamp below it), a zero row, and rows
     holding every bf16 pattern (the exact fallback, NaN and inf included), contiguous and strided,
-    bit for bit against the CPU reference."""
+    bit for bit against the CPU reference. The grid is one whose loads of x are evict-first
+    (fused_quant_launch.h's silu_stream)."""
     M, H = 8191, 1024
     assert _native.silu_table_used(True, False, M, H)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    assert _native.silu_stream(M, _layout.align(M, 4), H, 2, l2), l2
     x = make_input((M, 2 * H), torch.bfloat16)
     x[2:6, :H] *= 2.0**-12
     every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)

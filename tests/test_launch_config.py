@@ -357,6 +357,25 @@ def test_silu_table():
     assert not used(False, False, 1 << 16, 2048) and not used(True, True, 1 << 16, 2048)
 
 
+def test_silu_stream():
+    """The flat bf16 table kernel of pairs loads x evict-first where x fills at least a quarter of
+    the L2 and the codes at most three eighths of it."""
+    stream = lambda rows, H, q_rows=None, l2=H200_L2: _native.silu_stream(  # noqa: E731
+        rows, rows if q_rows is None else q_rows, H, 2, l2
+    )
+    # H200 (60 MiB): H = 2048 from 1920 rows (15 MiB of x) to 11520 (22.5 MiB of codes).
+    assert stream(1920, 2048) and not stream(1919, 2048)
+    assert stream(11520, 2048) and not stream(11521, 2048) and not stream(16384, 2048)
+    assert stream(11000, 2048, q_rows=11520) and not stream(11000, 2048, q_rows=11521)  # padded rows
+    assert stream(549, 7168) and not stream(548, 7168) and stream(3291, 7168) and not stream(3292, 7168)
+    assert not stream(1024, 1024) and stream(8192, 1024)
+    assert stream(1920, 2048, l2=60 << 20) and not stream(1920, 2048, l2=(60 << 20) + 1)
+    for rows in range(0, 20000, 97):
+        for H in (512, 1024, 2048, 4096, 7168):
+            x, q = rows * 2 * H * 2, rows * H
+            assert stream(rows, H) == (4 * x >= H200_L2 and 8 * q <= 3 * H200_L2), (rows, H)
+
+
 def test_silu_flat_grid():
     """silu_mul_quant's flat grid of the kernels of a pair of chunks a unit: where blocks of 256
     threads would make more than two passes, blocks of 512 (twice the rows) up to the resident ones.

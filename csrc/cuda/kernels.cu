@@ -105,8 +105,9 @@ void run_silu_mul_quant_cuda(const PreparedSiluMulQuant& prep) {
   torch::stable::accelerator::DeviceGuard guard(device);
   const cudaStream_t stream = current_stream(device);
   const int sms = sm_count(device);
+  const int64_t l2 = l2_bytes(device);
   const cudaError_t err = by_dtype(prep.dtype, [&](auto t) {
-    return launch_silu_mul_quant<typename decltype(t)::type>(prep.params, sms, stream, pdl_enabled());
+    return launch_silu_mul_quant<typename decltype(t)::type>(prep.params, sms, l2, stream, pdl_enabled());
   });
   FP8OPS_CUDA_CHECK(err, "silu_mul_quant kernel");
 }

@@ -67,18 +67,26 @@ struct RawChunk {
 // together instead of each being moved down to its first use (which exposes the latency again).
 // kCta: relaxed at block scope, which the multiprocessor's L1 may serve (gpu scope reads the L2):
 // for data that many blocks of a multiprocessor read and nothing writes, such as rms_norm_quant's
-// weight.
-#define FP8OPS_LOAD16_IF(scope)                                                                    \
+// weight. kStream: at gpu scope, marked evict-first in the L2 (a cache-policy operand), for data
+// read once that the L2 need not keep (fused_quant_launch.h's silu_stream).
+#define FP8OPS_LOAD16_IF(scope, hint, policy)                                                      \
   "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n mov.b32 %0, 0;\n mov.b32 %1, 0;\n mov.b32 %2, 0;\n" \
-  " mov.b32 %3, 0;\n @p ld.relaxed." scope ".global.v4.u32 {%0, %1, %2, %3}, [%4];\n}"
-template <bool kCta = false>
+  " mov.b32 %3, 0;\n @p ld.relaxed." scope ".global" hint ".v4.u32 {%0, %1, %2, %3}, [%4]" policy ";\n}"
+template <bool kCta = false, bool kStream = false>
 __device__ __forceinline__ uint4 load16_if(const uint4* src, bool ok) {
+  static_assert(!(kCta && kStream), "evict-first loads are at gpu scope");
   uint4 r;
   const int pred = static_cast<int>(ok);
   if constexpr (kCta) {
-    asm volatile(FP8OPS_LOAD16_IF("cta") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(pred));
+    asm volatile(FP8OPS_LOAD16_IF("cta", "", "") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(pred));
+  } else if constexpr (kStream) {
+    uint64_t policy;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile(FP8OPS_LOAD16_IF("gpu", ".L2::cache_hint", ", %6")
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+                 : "l"(src), "r"(pred), "l"(policy));
   } else {
-    asm volatile(FP8OPS_LOAD16_IF("gpu") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(pred));
+    asm volatile(FP8OPS_LOAD16_IF("gpu", "", "") : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(src), "r"(pred));
   }
   return r;
 }
@@ -101,13 +109,14 @@ __device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
 
 // The raw chunk at src (zeros when !ok): 16-byte loads when kVec, else element loads.
-template <typename T, bool kVec, bool kCta = false>
+template <typename T, bool kVec, bool kCta = false, bool kStream = false>
 __device__ __forceinline__ RawChunk<T> load_raw8(const T* __restrict__ src, bool ok) {
+  static_assert(kVec || !kStream, "evict-first loads are 16-byte loads");
   RawChunk<T> r;
   if constexpr (kVec) {
 #pragma unroll
     for (int i = 0; i < RawChunk<T>::kWords; ++i) {
-      r.w[i] = load16_if<kCta>(reinterpret_cast<const uint4*>(src) + i, ok);
+      r.w[i] = load16_if<kCta, kStream>(reinterpret_cast<const uint4*>(src) + i, ok);
     }
     return r;
   }
@@ -694,7 +703,7 @@ template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj>
 constexpr bool kSiluMaskedTable = kMasked && kVec && std::is_same_v<T, __nv_bfloat16> && kAdj == 1 &&
                                   silu_block_threads(kMasked, kMaxChunks) == kSiluMaskedThreads;
 
-template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable, bool kStream = false>
 __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
                                           bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table);
 
@@ -708,10 +717,12 @@ __device__ __forceinline__ uint32_t silu_threads() {
 
 // kMaxChunks: units per lane a pass (fused_quant_launch.h's silu_pass_units at most), whose loads
 // are in flight at once; more run in further passes. Blocks of up to silu_kernel_threads threads.
-template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
+// kStream: x is loaded evict-first (fused_quant_launch.h's silu_stream).
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable, bool kStream = false>
 __global__ void __launch_bounds__(silu_kernel_threads(kMasked, kMaxChunks, kAdj))
     silu_mul_quant_kernel(const SiluMulQuantParams p, const uint32_t lanes_log2, const SiluPairSwitch pairs) {
   static_assert(!kTable || (std::is_same_v<T, __nv_bfloat16> && !kMasked), "the SiLU table: flat bf16 rows");
+  static_assert(!kStream || (kTable && kAdj == 2), "evict-first loads: the flat table kernel of pairs");
   constexpr bool kMaskedTable = kSiluMaskedTable<T, kVec, kMaxChunks, kMasked, kAdj>;
   __shared__ int32_t prefix[kMasked ? kMaskedMaxExperts + 1 : 1];
   __shared__ __align__(16) uint16_t silu_table[kTable || kMaskedTable ? kSiluTableEntries : 1];
@@ -789,15 +800,15 @@ __global__ void __launch_bounds__(silu_kernel_threads(kMasked, kMaxChunks, kAdj)
       return;
     }
   }
-  silu_rows<T, kVec, kMaxChunks, kMasked, kAdj, kTable || kMaskedTable>(p, lanes_log2, rows, warp_scan, incl, prefix,
-                                                                        silu_table);
+  silu_rows<T, kVec, kMaxChunks, kMasked, kAdj, kTable || kMaskedTable, kStream>(p, lanes_log2, rows, warp_scan, incl,
+                                                                                 prefix, silu_table);
 }
 
 // The grid's rows (flat: the T_s row slots; masked: the `rows` valid rows, whose expert the warp's
 // running sums `incl` (warp_scan) or the block's `prefix` sums give), on W = 2^lanes_log2 lanes a
 // row, units of kAdj adjacent chunks. With kTable, the kernel has started the copy of the table
 // into silu_table before the wait for the prior grid.
-template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable>
+template <typename T, bool kVec, int kMaxChunks, bool kMasked, int kAdj, bool kTable, bool kStream>
 __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t lanes_log2, uint32_t rows,
                                           bool warp_scan, int32_t incl, const int32_t* prefix, uint16_t* silu_table) {
   const uint32_t W = 1u << lanes_log2;
@@ -852,8 +863,8 @@ __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t 
 #pragma unroll
       for (int i = 0; i < kAdj; ++i) {
         const uint64_t off = static_cast<uint64_t>(c * kAdj + i) * kChunkElems;
-        u[k * kAdj + i] = load_raw8<T, kVec>(gate + p.H + off, load);
-        g[k * kAdj + i] = load_raw8<T, kVec>(gate + off, load);
+        u[k * kAdj + i] = load_raw8<T, kVec, false, kStream>(gate + p.H + off, load);
+        g[k * kAdj + i] = load_raw8<T, kVec, false, kStream>(gate + off, load);
       }
     }
   };
@@ -1412,27 +1423,33 @@ bool row_vec_ok(const void* base, int64_t stride_a, int64_t stride_b = 0) {
 
 template <typename T, bool kVec, bool kMasked, int kAdj, bool kTable>
 cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowShape& s, SiluPairSwitch pairs,
-                                       int sm_count, cudaStream_t stream, bool pdl) {
+                                       int sm_count, int64_t l2_bytes, cudaStream_t stream, bool pdl) {
   const uint32_t max_chunks = row_max_chunks(s.chunks_per_lane);
   const uint32_t lanes_log2 = row_lanes_log2(s);
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
   // A pass of two-chunk units holds one: two per pass would double the registers in flight.
   constexpr int kMaxUnits = static_cast<int>(silu_pass_units(sizeof(T), kAdj));
-#define FP8OPS_SILU_LAUNCH(C)                                                                           \
-  {                                                                                                     \
-    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                               \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;              \
-    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                  \
-    const int per_sm = resident_blocks_per_sm<kernel>(kThreads);                                        \
-    if constexpr (kMasked) {                                                                            \
-      const uint32_t blocks = row_grid_blocks(rows, kThreads >> lanes_log2, per_sm, sm_count);          \
-      return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);    \
-    } else {                                                                                            \
-      constexpr uint32_t kWide = silu_kernel_threads(kMasked, kUnits, kAdj);                            \
-      const int wide_per_sm = kWide > kThreads ? resident_blocks_per_sm<kernel>(kWide) : 0;             \
-      const SiluFlatGrid g = silu_flat_grid(rows, s, kAdj, kTable, per_sm, wide_per_sm, sm_count);      \
-      return launch_kernel(kernel, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs); \
-    }                                                                                                   \
+#define FP8OPS_SILU_LAUNCH(C)                                                                                  \
+  {                                                                                                            \
+    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                                      \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;                     \
+    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                         \
+    const int per_sm = resident_blocks_per_sm<kernel>(kThreads);                                               \
+    if constexpr (kMasked) {                                                                                   \
+      const uint32_t blocks = row_grid_blocks(rows, kThreads >> lanes_log2, per_sm, sm_count);                 \
+      return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);           \
+    } else {                                                                                                   \
+      constexpr uint32_t kWide = silu_kernel_threads(kMasked, kUnits, kAdj);                                   \
+      const int wide_per_sm = kWide > kThreads ? resident_blocks_per_sm<kernel>(kWide) : 0;                    \
+      const SiluFlatGrid g = silu_flat_grid(rows, s, kAdj, kTable, per_sm, wide_per_sm, sm_count);             \
+      if constexpr (kTable && kAdj == 2) {                                                                     \
+        if (silu_stream(p.T, p.T_s, p.H, sizeof(T), l2_bytes)) {                                               \
+          constexpr auto kStreamed = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable, true>;      \
+          return launch_kernel(kStreamed, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs); \
+        }                                                                                                      \
+      }                                                                                                        \
+      return launch_kernel(kernel, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs);        \
+    }                                                                                                          \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH
@@ -1440,28 +1457,29 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
 
 template <typename T, bool kVec, bool kMasked, bool kTable>
 cudaError_t launch_silu_mul_quant_shape(const SiluMulQuantParams& p, const SiluShape& s, SiluPairSwitch pairs,
-                                        int sm_count, cudaStream_t stream, bool pdl) {
+                                        int sm_count, int64_t l2_bytes, cudaStream_t stream, bool pdl) {
   if constexpr (kVec && sizeof(T) == 2) {
     if (s.adjacent == 2)
-      return launch_silu_mul_quant_impl<T, kVec, kMasked, 2, kTable>(p, s.row, pairs, sm_count, stream, pdl);
+      return launch_silu_mul_quant_impl<T, kVec, kMasked, 2, kTable>(p, s.row, pairs, sm_count, l2_bytes, stream, pdl);
   }
-  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1, kTable>(p, s.row, pairs, sm_count, stream, pdl);
+  return launch_silu_mul_quant_impl<T, kVec, kMasked, 1, kTable>(p, s.row, pairs, sm_count, l2_bytes, stream, pdl);
 }
 
 template <typename T, bool kTable>
 cudaError_t launch_silu_mul_quant_flat(const SiluMulQuantParams& p, const SiluShape& s, bool vec, int sm_count,
-                                       cudaStream_t stream, bool pdl) {
+                                       int64_t l2_bytes, cudaStream_t stream, bool pdl) {
   if (s.slices > 1) {
     const dim3 grid(static_cast<uint32_t>(p.T_s * s.slices)), block(s.row.lanes);
     return vec ? launch_kernel(silu_mul_quant_slice_kernel<T, true, kTable>, grid, block, stream, pdl, p, s.slices)
                : launch_kernel(silu_mul_quant_slice_kernel<T, false, kTable>, grid, block, stream, pdl, p, s.slices);
   }
-  return vec ? launch_silu_mul_quant_shape<T, true, false, kTable>(p, s, {0, 0}, sm_count, stream, pdl)
-             : launch_silu_mul_quant_shape<T, false, false, kTable>(p, s, {0, 0}, sm_count, stream, pdl);
+  return vec ? launch_silu_mul_quant_shape<T, true, false, kTable>(p, s, {0, 0}, sm_count, l2_bytes, stream, pdl)
+             : launch_silu_mul_quant_shape<T, false, false, kTable>(p, s, {0, 0}, sm_count, l2_bytes, stream, pdl);
 }
 
 template <typename T>
-cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
+cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, int64_t l2_bytes, cudaStream_t stream,
+                                  bool pdl) {
   const bool masked = p.masked_m != nullptr;
   const int64_t slots = masked ? p.E * p.T_q : p.T_s;
   if (slots == 0 || p.H == 0) return cudaSuccess;
@@ -1471,13 +1489,15 @@ cudaError_t launch_silu_mul_quant(const SiluMulQuantParams& p, int sm_count, cud
   if (masked) {
     const SiluPairSwitch pairs =
         silu_masked_pairs(p.H / kChunkElems, s, std::is_same_v<T, __nv_bfloat16>, vec, sm_count);
-    return vec ? launch_silu_mul_quant_shape<T, true, true, false>(p, s, pairs, sm_count, stream, pdl)
-               : launch_silu_mul_quant_shape<T, false, true, false>(p, s, pairs, sm_count, stream, pdl);
+    return vec ? launch_silu_mul_quant_shape<T, true, true, false>(p, s, pairs, sm_count, l2_bytes, stream, pdl)
+               : launch_silu_mul_quant_shape<T, false, true, false>(p, s, pairs, sm_count, l2_bytes, stream, pdl);
   }
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    if (silu_table(true, false, p.T, p.H)) return launch_silu_mul_quant_flat<T, true>(p, s, vec, sm_count, stream, pdl);
+    if (silu_table(true, false, p.T, p.H)) {
+      return launch_silu_mul_quant_flat<T, true>(p, s, vec, sm_count, l2_bytes, stream, pdl);
+    }
   }
-  return launch_silu_mul_quant_flat<T, false>(p, s, vec, sm_count, stream, pdl);
+  return launch_silu_mul_quant_flat<T, false>(p, s, vec, sm_count, l2_bytes, stream, pdl);
 }
 
 // A row kernel's launch, its grid capped at blocks_per_sm blocks a multiprocessor (the pipelined

@@ -171,6 +171,15 @@ inline bool silu_table(bool bf16, bool masked, int64_t rows, int64_t H) {
   return bf16 && !masked && rows * H >= kSiluTableMinValues;
 }
 
+// Whether the flat table kernel of pairs of chunks loads x evict-first (fused_quant.cuh's kStream):
+// where x (rows of 2H values of elem_bytes) fills at least a quarter of the L2 (l2_bytes) and the
+// codes of the q_rows row slots (H bytes each) at most three eighths of it. NOTES: the L2 then
+// keeps the codes being written rather than x, read once; smaller inputs gained nothing, and from
+// about half the L2 of codes the same loads ran slower (docs/DESIGN.md).
+inline bool silu_stream(int64_t rows, int64_t q_rows, int64_t H, int elem_bytes, int64_t l2_bytes) {
+  return 4 * rows * 2 * H * elem_bytes >= l2_bytes && 8 * q_rows * H <= 3 * l2_bytes;
+}
+
 // A masked buffer's shape keeps one chunk a unit (silu_shape): the host sees the row slots, not
 // the valid rows, which in a decode step are a few per expert. The masked kernels of
 // kSiluMaskedThreads threads over bf16 rows loaded 16 bytes at a time count the valid rows first;
