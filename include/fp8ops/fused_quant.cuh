@@ -1429,27 +1429,26 @@ cudaError_t launch_silu_mul_quant_impl(const SiluMulQuantParams& p, const RowSha
   const int64_t rows = kMasked ? p.E * p.T_q : p.T_s;
   // A pass of two-chunk units holds one: two per pass would double the registers in flight.
   constexpr int kMaxUnits = static_cast<int>(silu_pass_units(sizeof(T), kAdj));
-#define FP8OPS_SILU_LAUNCH(C)                                                                                  \
-  {                                                                                                            \
-    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                                      \
-    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;                     \
-    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                         \
-    const int per_sm = resident_blocks_per_sm<kernel>(kThreads);                                               \
-    if constexpr (kMasked) {                                                                                   \
-      const uint32_t blocks = row_grid_blocks(rows, kThreads >> lanes_log2, per_sm, sm_count);                 \
-      return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);           \
-    } else {                                                                                                   \
-      constexpr uint32_t kWide = silu_kernel_threads(kMasked, kUnits, kAdj);                                   \
-      const int wide_per_sm = kWide > kThreads ? resident_blocks_per_sm<kernel>(kWide) : 0;                    \
-      const SiluFlatGrid g = silu_flat_grid(rows, s, kAdj, kTable, per_sm, wide_per_sm, sm_count);             \
-      if constexpr (kTable && kAdj == 2) {                                                                     \
-        if (silu_stream(p.T, p.T_s, p.H, sizeof(T), l2_bytes)) {                                               \
-          constexpr auto kStreamed = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable, true>;      \
-          return launch_kernel(kStreamed, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs); \
-        }                                                                                                      \
-      }                                                                                                        \
-      return launch_kernel(kernel, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs);        \
-    }                                                                                                          \
+#define FP8OPS_SILU_LAUNCH(C)                                                                           \
+  {                                                                                                     \
+    constexpr int kUnits = C > kMaxUnits ? kMaxUnits : C;                                               \
+    constexpr auto kernel = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable>;              \
+    constexpr uint32_t kThreads = silu_block_threads(kMasked, kUnits);                                  \
+    const int per_sm = resident_blocks_per_sm<kernel>(kThreads);                                        \
+    if constexpr (kMasked) {                                                                            \
+      const uint32_t blocks = row_grid_blocks(rows, kThreads >> lanes_log2, per_sm, sm_count);          \
+      return launch_kernel(kernel, dim3(blocks), dim3(kThreads), stream, pdl, p, lanes_log2, pairs);    \
+    } else {                                                                                            \
+      constexpr uint32_t kWide = silu_kernel_threads(kMasked, kUnits, kAdj);                            \
+      const int wide_per_sm = kWide > kThreads ? resident_blocks_per_sm<kernel>(kWide) : 0;             \
+      const SiluFlatGrid g = silu_flat_grid(rows, s, kAdj, kTable, per_sm, wide_per_sm, sm_count);      \
+      auto chosen = kernel;                                                                             \
+      if constexpr (kTable && kAdj == 2) {                                                              \
+        if (silu_stream(p.T, p.T_s, p.H, sizeof(T), l2_bytes))                                          \
+          chosen = silu_mul_quant_kernel<T, kVec, kUnits, kMasked, kAdj, kTable, true>;                 \
+      }                                                                                                 \
+      return launch_kernel(chosen, dim3(g.blocks), dim3(g.threads), stream, pdl, p, lanes_log2, pairs); \
+    }                                                                                                   \
   }
   FP8OPS_CHUNKS_CASES(FP8OPS_SILU_LAUNCH)
 #undef FP8OPS_SILU_LAUNCH
