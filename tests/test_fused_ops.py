@@ -91,12 +91,35 @@ def test_silu_table_premise_on_every_bf16_gate():
     assert table.numel() == 2 * n
     own = torch.cat([torch.arange(lo, hi), torch.arange(lo, hi) | 0x8000])
     assert torch.equal(table, (exact[own] - own) & 0xFFFF)
-    got = (b + table[neg * n + m.clamp(min=lo, max=hi - 1) - lo]) & 0xFFFF
+    d = table[neg * n + m.clamp(min=lo, max=hi - 1) - lo]
+    got = (b + d) & 0xFFFF
     assert int(domain.sum()) == 2 * (hi - 0x100)
     assert torch.equal(got[domain], exact[domain])
+    # The kernels add b and d as signed 16-bit halves (one DPX add per word): over the domain that
+    # sum never leaves 16 signed bits, so it is the sum above.
+    wide = ((b + 0x8000) & 0xFFFF) + ((d + 0x8000) & 0xFFFF) - 0x10000
+    assert bool(((wide >= -0x8000) & (wide <= 0x7FFF))[domain].all())
+    assert torch.equal(wide[domain] & 0xFFFF, exact[domain])
     # Below the domain the clamp would be wrong: the kernel takes silu_fp32 there.
     below = (m >= 0x80) & (m < 0x100)
     assert not torch.equal(got[below], exact[below])
+
+
+def test_silu_table_range_on_two_bf16_values_a_word():
+    """silu_table_range (fused_quant.cuh) tests a word of two bf16 values b (low half) and c (high
+    half) at once: the word times 2 less 0x200 in each half, modulo 2^32, has both halves below
+    2 * (hi - 0x100) exactly when 0x100 <= |b|, |c| < hi (a borrow out of the low half happens
+    only where b is out of range). Every b against edge values of c, and the other way round."""
+    _, hi = _native.silu_table_bounds()
+    v = torch.arange(1 << 16, dtype=torch.int64)
+    edges = (0, 1, 0xFF, 0x100, 0x101, 0x3F80, hi - 1, hi, 0x7F80, 0x7FFF)
+    edges = edges + tuple(e | 0x8000 for e in edges)
+    for e in edges:
+        for b, c in ((v, torch.full_like(v, e)), (torch.full_like(v, e), v)):
+            twice = (((c << 16) | b) * 2) & 0xFFFFFFFF
+            t = (twice - 0x02000200) & 0xFFFFFFFF
+            in_range = lambda u: ((u & 0x7FFF) >= 0x100) & ((u & 0x7FFF) < hi)  # noqa: E731
+            assert torch.equal(torch.maximum(t & 0xFFFF, t >> 16) < 2 * (hi - 0x100), in_range(b) & in_range(c))
 
 
 # ------------------------------------------------------------------------------- silu_mul_quant

@@ -515,26 +515,29 @@ __device__ __forceinline__ void load_silu_table(uint16_t* table) {
   cp_async_commit();
 }
 
-// Whether every value of kN bf16 chunks has 2^-125 <= |g| < 128 (where g / 2 is still normal):
-// packed maxima and minima over all their words, then over the two halves.
+// Whether every value of kN bf16 chunks has 0x100 <= |b| < kSiluTableHi (2^-125 <= |g| < 128,
+// where g / 2 is still normal). Each word times 2, less 0x200 in each half, is one instruction:
+// a half then holds 2|b| - 0x200 modulo 2^16 (the high half plus the low half's sign bit), which
+// is below 2 * (kSiluTableHi - 0x100) exactly when |b| is in range. A borrow out of the low half
+// happens only when that half is out of range itself. One packed maximum over all the words.
 template <int kN>
 __device__ __forceinline__ bool silu_table_range(const RawChunk<__nv_bfloat16>* r) {
-  uint32_t hi, lo;
+  constexpr uint32_t k2 = 0x200u * 0x10001u;
+  uint32_t hi;
 #pragma unroll
   for (int i = 0; i < kN; ++i) {
     const uint4 w = r[i].w[0];
-    const uint32_t m[4] = {w.x & 0x7FFF7FFFu, w.y & 0x7FFF7FFFu, w.z & 0x7FFF7FFFu, w.w & 0x7FFF7FFFu};
-    const uint32_t h = __vmaxu2(__vmaxu2(m[0], m[1]), __vmaxu2(m[2], m[3]));
-    const uint32_t l = __vminu2(__vminu2(m[0], m[1]), __vminu2(m[2], m[3]));
+    const uint32_t h = __vmaxu2(__vmaxu2(w.x * 2u - k2, w.y * 2u - k2), __vmaxu2(w.z * 2u - k2, w.w * 2u - k2));
     hi = i == 0 ? h : __vmaxu2(hi, h);
-    lo = i == 0 ? l : __vminu2(lo, l);
   }
-  return max(hi & 0xFFFFu, hi >> 16) < kSiluTableHi && min(lo & 0xFFFFu, lo >> 16) >= 0x100u;
+  return max_halves(hi) < 2u * (kSiluTableHi - 0x100u);
 }
 
 // T(silu(g)) for a chunk of bf16 values in silu_table_range, two values a word: the table offsets
 // of both at once (magnitude clamped up to kSiluTableLo, then the sign bit as entry 0x800), then
-// each value plus its d, carries kept inside its half.
+// both values plus their d in one signed 16-bit add per half. b and T(silu(g)) have the same sign,
+// so d and each sum fit in 16 signed bits (a CPU test holds this over the domain); the maximum
+// with -2^15 leaves the sums as they are.
 __device__ __forceinline__ RawChunk<__nv_bfloat16> silu_table_chunk(const uint16_t* table,
                                                                     const RawChunk<__nv_bfloat16>& g) {
   constexpr uint32_t kLo2 = kSiluTableLo * 0x10001u;
@@ -548,8 +551,7 @@ __device__ __forceinline__ RawChunk<__nv_bfloat16> silu_table_chunk(const uint16
     const char* const base = reinterpret_cast<const char*>(table);
     const uint32_t d_lo = *reinterpret_cast<const uint16_t*>(base + (off & 0xFFFFu));
     const uint32_t d_hi = *reinterpret_cast<const uint16_t*>(base + (off >> 16));
-    // The low half of w + d_lo and the high half of w + (d_hi << 16), by one byte permute.
-    sw[i] = __byte_perm(w + d_lo, w + (d_hi << 16), 0x7610);
+    sw[i] = __viaddmax_s16x2(w, __byte_perm(d_lo, d_hi, 0x5410), 0x80008000u);
   }
   RawChunk<__nv_bfloat16> r;
   r.w[0] = make_uint4(sw[0], sw[1], sw[2], sw[3]);
