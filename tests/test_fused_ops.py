@@ -114,11 +114,14 @@ def test_silu_table_range_on_two_bf16_values_a_word():
     v = torch.arange(1 << 16, dtype=torch.int64)
     edges = (0, 1, 0xFF, 0x100, 0x101, 0x3F80, hi - 1, hi, 0x7F80, 0x7FFF)
     edges = edges + tuple(e | 0x8000 for e in edges)
+
+    def in_range(u):
+        return ((u & 0x7FFF) >= 0x100) & ((u & 0x7FFF) < hi)
+
     for e in edges:
         for b, c in ((v, torch.full_like(v, e)), (torch.full_like(v, e), v)):
             twice = (((c << 16) | b) * 2) & 0xFFFFFFFF
             t = (twice - 0x02000200) & 0xFFFFFFFF
-            in_range = lambda u: ((u & 0x7FFF) >= 0x100) & ((u & 0x7FFF) < hi)  # noqa: E731
             assert torch.equal(torch.maximum(t & 0xFFFF, t >> 16) < 2 * (hi - 0x100), in_range(b) & in_range(c))
 
 
