@@ -186,11 +186,26 @@ __device__ __forceinline__ RawChunk<T> pack_round(const float (&v)[kChunkElems])
   return r;
 }
 
+// max(|a|, |b|) in each 16-bit lane of two words of T, a NaN (magnitude bits above inf's) if
+// either is one; the sign bits are the xor of the operands' and the caller masks them.
+template <typename T>
+__device__ __forceinline__ uint32_t abs_max2(uint32_t a, uint32_t b) {
+  uint32_t d;
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm("max.NaN.xorsign.abs.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  } else {
+    asm("max.NaN.xorsign.abs.f16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  }
+  return d;
+}
+
 // The bits of the largest |value| of kN raw chunks, as T's bit pattern (for non-negative floats
 // the order of the patterns is the order of the values), and whether that is an inf or a NaN. Only
 // such a chunk needs the finite filter of raw_finite_amax and the NaN codes zeroed. For 16-bit T:
-// one packed maximum over all the chunks' words, then one over its two halves.
-template <typename T, int kN>
+// one packed maximum over all the chunks' words, then one over its two halves; kAbsMax
+// (rms_norm_quant's kernels without the residual, docs/DESIGN.md) takes floating-point maxima of
+// magnitudes instead, a word pair an instruction, then the same against the halves swapped.
+template <typename T, int kN, bool kAbsMax = false>
 __device__ __forceinline__ uint32_t raw_magnitude_bits_n(const RawChunk<T>* r, bool& nonfinite) {
   uint32_t m = 0u;
   if constexpr (sizeof(T) == 4) {
@@ -203,6 +218,16 @@ __device__ __forceinline__ uint32_t raw_magnitude_bits_n(const RawChunk<T>* r, b
       }
     }
     nonfinite = m >= 0x7F800000u;
+  } else if constexpr (kAbsMax) {
+    uint32_t m2;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) {
+      const uint4 w = r[i].w[0];
+      const uint32_t mi = abs_max2<T>(abs_max2<T>(w.x, w.y), abs_max2<T>(w.z, w.w));
+      m2 = i == 0 ? mi : abs_max2<T>(m2, mi);
+    }
+    m = abs_max2<T>(m2, __byte_perm(m2, 0u, 0x1032)) & 0x7FFFu;
+    nonfinite = m >= kInfBits<T>;
   } else {
     uint32_t m2;
 #pragma unroll
@@ -260,15 +285,20 @@ __device__ __forceinline__ void store_raw8(T* __restrict__ dst, const RawChunk<T
   }
 }
 
+// The bit pattern of the amax of a 16-bit raw chunk's finite elements.
+template <typename T>
+__device__ __forceinline__ uint32_t raw_finite_amax_bits16(const RawChunk<T>& r) {
+  static_assert(sizeof(T) == 2, "16-bit T");
+  return finite_amax_bits_16x8<kInfBits<T>>(r.w[0]);
+}
+
 // The amax of a raw chunk's finite elements.
 template <typename T>
 __device__ __forceinline__ float raw_finite_amax(const RawChunk<T>& r) {
   if constexpr (sizeof(T) == 4) {
     return __uint_as_float(max(finite_amax_bits_f32x4(r.w[0]), finite_amax_bits_f32x4(r.w[1])));
-  } else if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    return __uint_as_float(finite_amax_bits_16x8<0x7F80u>(r.w[0]) << 16);
   } else {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(finite_amax_bits_16x8<0x7C00u>(r.w[0]))));
+    return magnitude_bits_float<T>(raw_finite_amax_bits16<T>(r));
   }
 }
 
@@ -303,13 +333,18 @@ __device__ __forceinline__ uint2 codes8(const float (&v)[kChunkElems], float r, 
 // group's amax is reduced over the group_lanes lanes that hold its units, for all k at once.
 // Unit indices are 32-bit (a row of 2^32 chunks would not fit in a GPU's memory); addresses are
 // 64-bit. The caller guarantees that slots k < kSure hold a unit in every lane (no bounds test).
-template <typename T, int kN, int kAdj = 1, int kSure = 0>
+// kAbsMax: raw_magnitude_bits_n's floating-point maxima.
+template <typename T, int kN, int kAdj = 1, int kSure = 0, bool kAbsMax = false>
 __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const RawChunk<T> (&a)[kN * kAdj],
                                                    RowKind kind, int64_t e, int64_t t, uint32_t c0, uint32_t W,
                                                    uint32_t units, uint32_t group_lanes) {
   static_assert(kAdj == 1 || kAdj == 2, "one or two adjacent chunks per unit");
+  // 16-bit T with an even number of units: two units' amax travel as their bit patterns in one
+  // word, so that one shuffle and one packed maximum serve both.
+  constexpr bool kPairedAmax = sizeof(T) == 2 && kN % 2 == 0;
   const bool data = kind == RowKind::kData;
   float amax[kN];
+  uint32_t amax_bits[kN];
   bool nonfinite[kN];
 #pragma unroll
   for (int k = 0; k < kN; ++k) {
@@ -317,10 +352,17 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
     // unit's chunks need not hold values there).
     const bool in = data && (k < kSure || c0 + k * W < units);
     bool nf;
-    uint32_t m = raw_magnitude_bits_n<T, kAdj>(&a[k * kAdj], nf);
+    uint32_t m = raw_magnitude_bits_n<T, kAdj, kAbsMax>(&a[k * kAdj], nf);
     nonfinite[k] = in && nf;
     m = in ? m : 0u;
-    if (nonfinite[k]) {
+    if constexpr (kPairedAmax) {
+      if (nonfinite[k]) {
+        m = raw_finite_amax_bits16<T>(a[k * kAdj]);
+#pragma unroll
+        for (int i = 1; i < kAdj; ++i) m = max(m, raw_finite_amax_bits16<T>(a[k * kAdj + i]));
+      }
+      amax_bits[k] = m;
+    } else if (nonfinite[k]) {
       amax[k] = raw_finite_amax<T>(a[k * kAdj]);
 #pragma unroll
       for (int i = 1; i < kAdj; ++i) amax[k] = fmaxf(amax[k], raw_finite_amax<T>(a[k * kAdj + i]));
@@ -330,11 +372,28 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   }
   // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle; a level past
   // the group's lanes exchanges with lane ^ 0, itself.
+  if constexpr (kPairedAmax) {
+    uint32_t pair[kN / 2];
 #pragma unroll
-  for (uint32_t off = 16 / kAdj / 2; off > 0; off >>= 1) {
-    const uint32_t lane_mask = off & (group_lanes - 1);
+    for (int j = 0; j < kN / 2; ++j) pair[j] = amax_bits[2 * j] | (amax_bits[2 * j + 1] << 16);
 #pragma unroll
-    for (int k = 0; k < kN; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xFFFFFFFFu, amax[k], lane_mask));
+    for (uint32_t off = 16 / kAdj / 2; off > 0; off >>= 1) {
+      const uint32_t lane_mask = off & (group_lanes - 1);
+#pragma unroll
+      for (int j = 0; j < kN / 2; ++j) pair[j] = __vmaxu2(pair[j], __shfl_xor_sync(0xFFFFFFFFu, pair[j], lane_mask));
+    }
+#pragma unroll
+    for (int j = 0; j < kN / 2; ++j) {
+      amax[2 * j] = magnitude_bits_float<T>(pair[j] & 0xFFFFu);
+      amax[2 * j + 1] = magnitude_bits_float<T>(pair[j] >> 16);
+    }
+  } else {
+#pragma unroll
+    for (uint32_t off = 16 / kAdj / 2; off > 0; off >>= 1) {
+      const uint32_t lane_mask = off & (group_lanes - 1);
+#pragma unroll
+      for (int k = 0; k < kN; ++k) amax[k] = fmaxf(amax[k], __shfl_xor_sync(0xFFFFFFFFu, amax[k], lane_mask));
+    }
   }
   if (kind == RowKind::kNone) return;
   const bool codes_out = kind != RowKind::kScalePad;
@@ -1207,7 +1266,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     for (int k = 0; k < kMaxChunks; ++k) {
       if (slot_live(k)) r[k] = rms_scaled<T>(r[k], w[k], inv);
     }
-    quant_store_chunks<T, kMaxChunks, 1, kSure>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
+    quant_store_chunks<T, kMaxChunks, 1, kSure, !kResidual>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
   }
 }
 
@@ -1346,7 +1405,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   if ((lane & ~31u) + j * W >= chunks) return;  // the warp holds no chunk of slot j
   const float inv = rms_inverse(pairwise_sum<kWarps>(warp_sums, kWarps), static_cast<float>(p.out.D), p.norm_eps);
   const RawChunk<T> a[1] = {rms_scaled<T>(mine, w, inv)};
-  quant_store_chunks<T, 1>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
+  quant_store_chunks<T, 1, 1, 0, true>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
 }
 
 // ---- block_quant: one block of 256 threads per 128 x 128 tile; thread i holds chunk i % 16 of
