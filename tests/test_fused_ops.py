@@ -772,7 +772,9 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     assert {D for D in row_kernel if _native.rms_whole_row(D // 8, True)} == {7168, 16384}
     for M, D, gs in shapes:
         x = make_input((M, D), dtype, device="cuda", nonfinite=M == 17)
-        w = make_input((D,), dtype, device="cuda")
+        # Non-finite weights put NaN and inf beside finite values of a chunk in every row: the
+        # magnitude maxima and the finite filter of the row kernels of four and eight chunks.
+        w = make_input((D,), dtype, device="cuda", nonfinite=M in (17, 70, 300))
         for with_res, layout_of in itertools.product((False, True), (lambda t: t, strided_rows, misaligned)):
             xx = layout_of(x)
             r = layout_of(make_input((M, D), dtype, device="cuda")) if with_res else None
