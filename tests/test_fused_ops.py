@@ -759,6 +759,9 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # Rows of 256 lanes in the row kernel that knows W: 300 x 7168 above, 100 x 4096 (two chunks a
     # lane; with the residual, the kernel that does not know W) and 70 x 16384 (eight).
     shapes = (*shapes, (100, 4096, 128), (70, 16384, 128))
+    # Groups of 32 in the row kernel of four chunks a lane: every lane of a group stores one of its
+    # units' scales (fused_quant.cuh's gathered fp32 scales).
+    shapes = (*shapes, (300, 1536, 32))
     # The slot kernel without the residual (1 x 7168 above): rows of 2, 3 and 4 chunk slots.
     shapes = (*shapes, (9, 4096, 128), (5, 5120, 64), (2, 8192, 128))
     # Every kernel runs: the row kernel, the split kernel in one block (512, 1536, 2048) and in

@@ -356,11 +356,6 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
     nonfinite[k] = in && nf;
     m = in ? m : 0u;
     if constexpr (kPairedAmax) {
-      if (nonfinite[k]) {
-        m = raw_finite_amax_bits16<T>(a[k * kAdj]);
-#pragma unroll
-        for (int i = 1; i < kAdj; ++i) m = max(m, raw_finite_amax_bits16<T>(a[k * kAdj + i]));
-      }
       amax_bits[k] = m;
     } else if (nonfinite[k]) {
       amax[k] = raw_finite_amax<T>(a[k * kAdj]);
@@ -373,6 +368,19 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle; a level past
   // the group's lanes exchanges with lane ^ 0, itself.
   if constexpr (kPairedAmax) {
+    // One branch for all of the lane's units: those holding an inf or a NaN take the finite filter.
+    bool any_nonfinite = false;
+#pragma unroll
+    for (int k = 0; k < kN; ++k) any_nonfinite |= nonfinite[k];
+    if (any_nonfinite) {
+#pragma unroll
+      for (int k = 0; k < kN; ++k) {
+        uint32_t m = raw_finite_amax_bits16<T>(a[k * kAdj]);
+#pragma unroll
+        for (int i = 1; i < kAdj; ++i) m = max(m, raw_finite_amax_bits16<T>(a[k * kAdj + i]));
+        amax_bits[k] = nonfinite[k] ? m : amax_bits[k];
+      }
+    }
     uint32_t pair[kN / 2];
 #pragma unroll
     for (int j = 0; j < kN / 2; ++j) pair[j] = amax_bits[2 * j] | (amax_bits[2 * j + 1] << 16);
@@ -397,7 +405,8 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   }
   if (kind == RowKind::kNone) return;
   const bool codes_out = kind != RowKind::kScalePad;
-  const bool first_lane = (c0 & (group_lanes - 1)) == 0;  // W is a multiple of group_lanes
+  const uint32_t in_group = c0 & (group_lanes - 1);  // W is a multiple of group_lanes
+  const bool first_lane = in_group == 0;
   const uint32_t group_log2 = __ffs(static_cast<int>(group_lanes)) - 1;
   uint8_t* const q_row = o.q + (e * o.q_rows + t) * o.D;
   int32_t* const s_row = static_cast<int32_t*>(o.scale) + row_scale_base(o, e, t);
@@ -407,6 +416,11 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   auto store_units = [&](auto ue8m0_tag, auto packed_tag, auto data_tag) {
     constexpr bool kUe8m0 = decltype(ue8m0_tag)::value, kPacked = decltype(packed_tag)::value;
     constexpr bool kData = decltype(data_tag)::value;
+    // fp32 scales of two to four single-chunk units a lane (a group then has at least four lanes):
+    // lane j of a group keeps unit j's scale and stores it after the loop, one store instruction a
+    // warp in place of one a unit.
+    constexpr bool kGather = kData && !kPacked && kAdj == 1 && kN >= 2 && kN <= 4;
+    float gathered = 0.0f;
 #pragma unroll
     for (int k = 0; k < kN; ++k) {
       const uint32_t c = c0 + k * W;
@@ -432,7 +446,9 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
           *reinterpret_cast<uint4*>(dst) = make_uint4(codes[0].x, codes[0].y, codes[1].x, codes[1].y);
         }
       }
-      if (first_lane) {
+      if constexpr (kGather) {
+        gathered = in_group == static_cast<uint32_t>(k) ? scale : gathered;
+      } else if (first_lane) {
         const uint32_t s = c >> group_log2;  // c / group_lanes, a power of two
         int32_t* const word = s_row + scale_group_offset(o, s, kPacked);
         if constexpr (!kPacked) {
@@ -453,6 +469,14 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
             *reinterpret_cast<uint16_t*>(bytes + 2) = static_cast<uint16_t>(b);
           }
         }
+      }
+    }
+    if constexpr (kGather) {
+      // Unit in_group of this group: its first lane's chunk is c0 - in_group + in_group * W, and it
+      // exists exactly when this lane's chunk of that unit does (units is a multiple of group_lanes).
+      const uint32_t c = c0 - in_group + in_group * W;
+      if (in_group < static_cast<uint32_t>(kN) && (in_group < static_cast<uint32_t>(kSure) || c < units)) {
+        *reinterpret_cast<float*>(s_row + scale_group_offset(o, c >> group_log2, false)) = gathered;
       }
     }
   };
