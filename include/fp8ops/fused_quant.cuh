@@ -1226,6 +1226,15 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     {
       const T* const x_row = x + t * p.x_stride;
       T* const res_row = kResidual ? res + t * p.r_stride : nullptr;
+      // Element offset of the lane's chunk slot k. kWhole: lane * 8 + k * W * 8 in 64 bits, the
+      // lane's part shared by every slot and k's part an address immediate (W is known).
+      auto slot_offset = [&](int k) {
+        if constexpr (kWhole) {
+          return static_cast<uint64_t>(lane) * kChunkElems + static_cast<uint64_t>(k) * W * kChunkElems;
+        } else {
+          return static_cast<uint64_t>(lane + k * W) * kChunkElems;
+        }
+      };
       RawChunk<T> rres[kResidual ? kMaxChunks : 1];
       if constexpr (kPipe) {
         stage_row(v0 + row_step, stage ^ 1u);
@@ -1236,24 +1245,19 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       } else {
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
-          const uint32_t c = lane + k * W;
-          r[k] = load_raw8<T, kVec>(x_row + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
-          if constexpr (kResidual) {
-            rres[k] = load_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
-          }
+          r[k] = load_raw8<T, kVec>(x_row + slot_offset(k), in_row(k));
+          if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res_row + slot_offset(k), in_row(k));
         }
       }
       if constexpr (!kPipe) {
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
-          const uint32_t c = lane + k * W;
-          w[k] = load_raw8<T, kVec, true>(weight + static_cast<uint64_t>(c) * kChunkElems, in_row(k));
+          w[k] = load_raw8<T, kVec, true>(weight + slot_offset(k), in_row(k));
         }
       }
 #pragma unroll
       for (int k = 0; k < kMaxChunks; ++k) {
         if (!slot_live(k)) continue;
-        const uint32_t c = lane + k * W;
         float v[kChunkElems];
         raw_to_floats<T>(r[k], v);
         if constexpr (kResidual) {
@@ -1263,7 +1267,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
           for (int i = 0; i < kChunkElems; ++i) v[i] = add_rn(v[i], rv[i]);
           r[k] = floats_to_raw<T>(v);  // rounded to T; NaN canonical, as the residual is stored
           raw_to_floats<T>(r[k], v);
-          if (in_row(k)) store_raw8<T, kVec>(res_row + static_cast<uint64_t>(c) * kChunkElems, r[k]);
+          if (in_row(k)) store_raw8<T, kVec>(res_row + slot_offset(k), r[k]);
         }
         // A chunk not loaded is zeros, and fma(0, 0, acc) is acc: no test needed.
         acc = fold_squares(v, acc);
