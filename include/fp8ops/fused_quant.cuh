@@ -365,13 +365,13 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
       amax[k] = magnitude_bits_float<T>(m);
     }
   }
+  bool any_nonfinite = false;
+#pragma unroll
+  for (int k = 0; k < kN; ++k) any_nonfinite |= nonfinite[k];
   // group_lanes <= 16 (group_size <= 128): every lane takes part in each shuffle; a level past
   // the group's lanes exchanges with lane ^ 0, itself.
   if constexpr (kPairedAmax) {
     // One branch for all of the lane's units: those holding an inf or a NaN take the finite filter.
-    bool any_nonfinite = false;
-#pragma unroll
-    for (int k = 0; k < kN; ++k) any_nonfinite |= nonfinite[k];
     if (any_nonfinite) {
 #pragma unroll
       for (int k = 0; k < kN; ++k) {
@@ -413,9 +413,11 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   // The scale kind (fp32, UE8M0 fp32, packed UE8M0) is the same for the whole grid, and whether
   // the row holds data the same for all of the lane's units: each case has its own copy of the
   // loop, so that no unit tests them.
-  auto store_units = [&](auto ue8m0_tag, auto packed_tag, auto data_tag) {
+  // kMaybeNan: whether a unit may hold an inf or a NaN, whose NaN codes are zeroed (the units
+  // that do say so in nonfinite); a lane of several units takes one branch for all of them.
+  auto store_units = [&](auto ue8m0_tag, auto packed_tag, auto data_tag, auto nan_tag) {
     constexpr bool kUe8m0 = decltype(ue8m0_tag)::value, kPacked = decltype(packed_tag)::value;
-    constexpr bool kData = decltype(data_tag)::value;
+    constexpr bool kData = decltype(data_tag)::value, kMaybeNan = decltype(nan_tag)::value;
     // fp32 scales of two to four single-chunk units a lane (a group then has at least four lanes):
     // lane j of a group keeps unit j's scale and stores it after the loop, one store instruction a
     // warp in place of one a unit.
@@ -436,7 +438,7 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
           for (int i = 0; i < kAdj; ++i) {
             float v[kChunkElems];
             raw_to_floats<T>(a[k * kAdj + i], v);
-            codes[i] = codes8(v, r, nonfinite[k]);
+            codes[i] = codes8(v, r, kMaybeNan && nonfinite[k]);
           }
         }
         uint8_t* const dst = q_row + static_cast<uint64_t>(c) * (kAdj * kChunkElems);
@@ -482,18 +484,25 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   };
   using Yes = std::true_type;
   using No = std::false_type;
+  auto store_data = [&](auto ue8m0_tag, auto packed_tag) {
+    if (kN == 1 || any_nonfinite) {
+      store_units(ue8m0_tag, packed_tag, Yes{}, Yes{});
+    } else {
+      store_units(ue8m0_tag, packed_tag, Yes{}, No{});
+    }
+  };
   if (!data) {  // zero codes (none in a scale padding row) and zero scales
     if (o.packed) {
-      store_units(No{}, Yes{}, No{});
+      store_units(No{}, Yes{}, No{}, No{});
     } else {
-      store_units(No{}, No{}, No{});
+      store_units(No{}, No{}, No{}, No{});
     }
   } else if (o.packed) {
-    store_units(Yes{}, Yes{}, Yes{});
+    store_data(Yes{}, Yes{});
   } else if (o.ue8m0) {
-    store_units(Yes{}, No{}, Yes{});
+    store_data(Yes{}, No{});
   } else {
-    store_units(No{}, No{}, Yes{});
+    store_data(No{}, No{});
   }
 }
 
@@ -1221,11 +1230,17 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     // row's warps at D = 7168). Such slots are loaded as zeros; the warp skips their sum and
     // scaling, whose results would be those zeros.
     auto slot_live = [&](int k) { return kMaxChunks != 4 || k < 2 || (lane & ~31u) + k * W < chunks; };
-    // Whether this lane's chunk slot k holds a chunk of a data row (slots k < kSure always do).
-    auto in_row = [&](int k) { return data && (k < kSure || lane + k * W < chunks); };
+    // Whether this lane's chunk slot k holds a chunk of the row (slots k < kSure always do), and
+    // of a data row.
+    auto in_chunks = [&](int k) { return k < kSure || lane + k * W < chunks; };
+    auto in_row = [&](int k) { return data && in_chunks(k); };
     {
-      const T* const x_row = x + t * p.x_stride;
-      T* const res_row = kResidual ? res + t * p.r_stride : nullptr;
+      // A row without data reads row 0 (T >= 1 when T_s >= 1; launch_rms_norm_quant checks), so
+      // that slots k < kSure load with no predicate (and no zeros first). Its values go unused:
+      // such a row stores zero codes and scales, and nothing into the residual.
+      const int64_t t_read = data ? t : 0;
+      const T* const x_row = x + t_read * p.x_stride;
+      T* const res_row = kResidual ? res + t_read * p.r_stride : nullptr;
       // Element offset of the lane's chunk slot k. kWhole: lane * 8 + k * W * 8 in 64 bits, the
       // lane's part shared by every slot and k's part an address immediate (W is known).
       auto slot_offset = [&](int k) {
@@ -1245,14 +1260,14 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       } else {
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
-          r[k] = load_raw8<T, kVec>(x_row + slot_offset(k), in_row(k));
-          if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res_row + slot_offset(k), in_row(k));
+          r[k] = load_raw8<T, kVec>(x_row + slot_offset(k), in_chunks(k));
+          if constexpr (kResidual) rres[k] = load_raw8<T, kVec>(res_row + slot_offset(k), in_chunks(k));
         }
       }
       if constexpr (!kPipe) {
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
-          w[k] = load_raw8<T, kVec, true>(weight + slot_offset(k), in_row(k));
+          w[k] = load_raw8<T, kVec, true>(weight + slot_offset(k), in_chunks(k));
         }
       }
 #pragma unroll
@@ -1295,6 +1310,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       if (slot_live(k)) r[k] = rms_scaled<T>(r[k], w[k], inv);
     }
     quant_store_chunks<T, kMaxChunks, 1, kSure, !kResidual>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
+    if constexpr (!kPipe) break;  // a block per row slot (launch_rms_row): no second pass
   }
 }
 
@@ -1594,6 +1610,7 @@ template <auto kKernel>
 cudaError_t launch_rms_row(const RmsNormQuantParams& p, const RowShape& s, int blocks_per_sm, int sm_count,
                            cudaStream_t stream, bool pdl) {
   const uint32_t blocks = row_grid_blocks(p.T_s, s.rows_per_block, blocks_per_sm, sm_count);
+  if (blocks_per_sm == 0 && int64_t(blocks) * s.rows_per_block < p.T_s) return cudaErrorInvalidValue;
   const uint32_t first_wave = first_wave_blocks<kKernel>(kRowBlockThreads, sm_count);
   const uint32_t lanes_log2 = row_lanes_log2(s);
   return launch_kernel(kKernel, dim3(blocks), dim3(kRowBlockThreads), stream, pdl, p, lanes_log2, first_wave);
@@ -1671,6 +1688,7 @@ cudaError_t launch_rms_norm_quant_slot(const RmsNormQuantParams& p, uint32_t per
 template <typename T>
 cudaError_t launch_rms_norm_quant(const RmsNormQuantParams& p, int sm_count, cudaStream_t stream, bool pdl) {
   if (p.T_s == 0 || p.out.D == 0) return cudaSuccess;
+  if (p.T == 0) return cudaErrorInvalidValue;  // padding rows come only with data rows
   const RowShape s = row_shape(p.out.D / kChunkElems, kRmsChunksPerLane);
   if (s.chunks_per_lane > kRmsMaxChunksPerLane) return cudaErrorInvalidValue;
   const bool vec = row_vec_ok<T>(p.x, p.x_stride) && row_vec_ok<T>(p.weight, 0) &&
