@@ -484,6 +484,8 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   };
   using Yes = std::true_type;
   using No = std::false_type;
+  // A data row's units: the copy without NaN zeroing for lanes of several units holding no inf or
+  // NaN. A lane of one unit keeps the one loop, whose test of nonfinite[0] is that branch already.
   auto store_data = [&](auto ue8m0_tag, auto packed_tag) {
     if (kN == 1 || any_nonfinite) {
       store_units(ue8m0_tag, packed_tag, Yes{}, Yes{});
