@@ -794,12 +794,13 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_cuda_rms_norm_quant_pipelined_bit_identical_to_cpu(dtype, pdl):
-    """The pipelined row kernel (fused_quant_launch.h's rms_pipelined: here D = 4096 without the
-    residual, more than two waves of blocks even at 8 a multiprocessor) against the CPU kernel,
-    every layout, contiguous and strided rows, with padding rows and non-finite values."""
+@pytest.mark.parametrize("M, D", ((2201, 4096), (4401, 2048), (8803, 1024)))
+def test_cuda_rms_norm_quant_pipelined_bit_identical_to_cpu(dtype, M, D, pdl):
+    """The pipelined row kernel (fused_quant_launch.h's rms_pipelined: D = 4096, 2048 and 1024
+    without the residual, 1, 2 and 4 rows a block, more than two waves of blocks even at 8 a
+    multiprocessor) against the CPU kernel, every layout, contiguous and strided rows, with padding
+    rows and non-finite values."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    M, D = 2201, 4096
     assert _native.rms_pipelined(D // 8, _layout.align(M, 4), 2, False, True, 8 * sms)
     x = make_input((M, D), dtype, device="cuda", nonfinite=True)
     w = make_input((D,), dtype, device="cuda")
@@ -810,7 +811,7 @@ def test_cuda_rms_norm_quant_pipelined_bit_identical_to_cpu(dtype, pdl):
             lambda: fp8ops.rms_norm_quant(xx, w, 1e-6, None, 128, layout, ue8m0, 4),  # noqa: B023
             (cq, cs),
         )
-        assert_same_quant(q, s, cq, cs, f"{dtype} {layout}")
+        assert_same_quant(q, s, cq, cs, f"M={M} D={D} {dtype} {layout}")
 
 
 @pytest.mark.gpu

@@ -485,8 +485,9 @@ def test_rms_slot_blocks():
 
 def test_rms_pipelined():
     """The pipelined row kernel takes 16-bit rows without a residual, loaded 16 bytes at a time, of
-    64 to 256 lanes of two chunks each, where the grid has more than two waves of blocks; every
-    other row takes the kernel of a block per row slot."""
+    64 to 256 lanes of exactly two chunks each, where the grid has more than two waves of blocks and
+    fewer than 2^31 row slots (it counts rows in 32 bits); every other row takes the kernel of a
+    block per row slot."""
     resident = 4 * 132
 
     def pipelined(chunks, rows, elem_bytes=2, residual=False, vec16=True):
@@ -502,6 +503,7 @@ def test_rms_pipelined():
     assert not pipelined(64, 1 << 16) and not pipelined(32, 1 << 16)  # D = 512 and 256: 32 and 16 lanes
     assert not pipelined(512, 8192, residual=True) and not pipelined(512, 8192, elem_bytes=4)
     assert not pipelined(512, 8192, vec16=False)
+    assert pipelined(512, (1 << 31) - 1) and not pipelined(512, 1 << 31) and not pipelined(128, 1 << 32)
     assert {c for c in range(4, 2049, 4) if pipelined(c, 1 << 20)} == {128, 256, 512}
 
 

@@ -509,7 +509,8 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
 }
 
 // The kind of flat row t.
-__device__ __forceinline__ RowKind flat_row_kind(int64_t t, int64_t T, int64_t T_q, int64_t T_s) {
+template <typename I = int64_t>
+__device__ __forceinline__ RowKind flat_row_kind(I t, I T, I T_q, I T_s) {
   return t < T ? RowKind::kData : t < T_q ? RowKind::kQPad : t < T_s ? RowKind::kScalePad : RowKind::kNone;
 }
 
@@ -940,7 +941,7 @@ __device__ __forceinline__ void silu_rows(const SiluMulQuantParams& p, uint32_t 
     } else {
       e = 0;
       t = v;
-      return flat_row_kind(t, p.T, p.T_q, p.T_s);
+      return flat_row_kind<int64_t>(t, p.T, p.T_q, p.T_s);
     }
   };
   // A pass: kMaxChunks units of kAdj adjacent chunks per lane, c0 = lane + pass * pass_units,
@@ -1032,7 +1033,7 @@ __global__ void __launch_bounds__(kSiluSliceMaxChunks)
   if (t < p.T) prefetch_row_lines<T>(gate + c0 * kChunkElems, p.H, threadIdx.x, width, end - c0);
   wait_for_prior_grid();
   allow_next_grid();
-  const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+  const RowKind kind = flat_row_kind<int64_t>(t, p.T, p.T_q, p.T_s);
   const bool live[1] = {kind == RowKind::kData && c < end};
   const RawChunk<T> u[1] = {load_raw8<T, kVec>(gate + p.H + c * kChunkElems, live[0])};
   const RawChunk<T> g[1] = {load_raw8<T, kVec>(gate + c * kChunkElems, live[0])};
@@ -1170,8 +1171,8 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   const uint32_t slot = kWhole ? 0u : threadIdx.x >> lanes_log2;
   const uint32_t rows_per_block = kRowBlockThreads / W;
   // Chunk slots k < kSure hold a chunk of the row in every lane: row_shape gives W <= C and
-  // C > kMaxChunks / 2 * W.
-  constexpr int kSure = kMaxChunks / 2 > 0 ? kMaxChunks / 2 : 1;
+  // C > kMaxChunks / 2 * W, and a pipelined row has C = 2W = kMaxChunks * W (rms_pipelined).
+  constexpr int kSure = kPipe ? kMaxChunks : kMaxChunks / 2 > 0 ? kMaxChunks / 2 : 1;
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
   const int64_t D = p.out.D;
   const uint32_t chunks = static_cast<uint32_t>(D / kChunkElems);
@@ -1190,17 +1191,19 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   }
   wait_for_prior_grid();
   allow_next_grid();
-  const int64_t row_step = static_cast<int64_t>(gridDim.x) * rows_per_block;
-  // kPipe: the copy of the thread's chunks of row slot v + slot into stage s (zeros for a row
-  // without data), as one group of asynchronous copies.
-  auto stage_row = [&](int64_t v, uint32_t s) {
-    const int64_t tt = v + slot;
-    const T* const x_row = x + (tt < p.T ? tt : 0) * p.x_stride;
+  // A pipelined grid's row slots fit 31 bits (rms_pipelined), which spares 64-bit row arithmetic.
+  using Row = std::conditional_t<kPipe, uint32_t, int64_t>;
+  const Row row_step = static_cast<Row>(gridDim.x) * rows_per_block;
+  // kPipe: the copy of the thread's chunks of row slot v + slot into stage s, as one group of
+  // asynchronous copies. Every slot holds a chunk (kSure), so only the row is tested: a row without
+  // data copies zeros (its source, row 0, is not read).
+  auto stage_row = [&](Row v, uint32_t s) {
+    const Row tt = v + slot;
+    const bool ok = tt < static_cast<Row>(p.T);
+    const T* const x_lane = x + (ok ? tt : 0) * p.x_stride + static_cast<uint64_t>(lane) * kChunkElems;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
-      const uint32_t c = lane + k * W;
-      const bool ok = tt < p.T && c < chunks;
-      const uint4* src = reinterpret_cast<const uint4*>(x_row + (ok ? static_cast<uint64_t>(c) * kChunkElems : 0));
+      const uint4* src = reinterpret_cast<const uint4*>(x_lane + static_cast<uint64_t>(k) * W * kChunkElems);
       RawChunk<T>& dst = stages[(s * kMaxChunks + k) * kRowBlockThreads + threadIdx.x];
 #pragma unroll
       for (int i = 0; i < RawChunk<T>::kWords; ++i) cp_async16(&dst.w[i], src + i, ok);
@@ -1219,10 +1222,10 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     }
   }
   uint32_t stage = 0;
-  if constexpr (kPipe) stage_row(static_cast<int64_t>(blockIdx.x) * rows_per_block, 0);
-  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; v0 < p.T_s; v0 += row_step) {
-    const int64_t t = v0 + slot;
-    const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+  if constexpr (kPipe) stage_row(static_cast<Row>(blockIdx.x) * rows_per_block, 0);
+  for (Row v0 = static_cast<Row>(blockIdx.x) * rows_per_block; v0 < static_cast<Row>(p.T_s); v0 += row_step) {
+    const Row t = v0 + slot;
+    const RowKind kind = flat_row_kind<Row>(t, static_cast<Row>(p.T), static_cast<Row>(p.T_q), static_cast<Row>(p.T_s));
     const bool data = kind == RowKind::kData;
     // Every load of the row first (x, the residual and, but in kPipe, the weight), then
     // r = T(x + residual) kept raw. kPipe: the next row's copy starts, then this row's (started a
@@ -1359,7 +1362,7 @@ __global__ void __launch_bounds__(kCluster ? 32 * kK : kRowBlockThreads)
   }
   wait_for_prior_grid();
   allow_next_grid();
-  const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+  const RowKind kind = flat_row_kind<int64_t>(t, p.T, p.T_q, p.T_s);
   const bool live = kind == RowKind::kData && c < chunks;
   RawChunk<T> r = load_raw8<T, kVec>(x, live);
   const RawChunk<T> w = load_raw8<T, kVec>(weight, live);
@@ -1427,7 +1430,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   if (t == 0 && j == 0) prefetch_row_lines<T>(weight, 0, lane, W, chunks);
   wait_for_prior_grid();
   allow_next_grid();
-  const RowKind kind = flat_row_kind(t, p.T, p.T_q, p.T_s);
+  const RowKind kind = flat_row_kind<int64_t>(t, p.T, p.T_q, p.T_s);
   const bool data = kind == RowKind::kData;
   RawChunk<T> r[kMaxChunks];
 #pragma unroll

@@ -67,12 +67,14 @@ inline bool rms_whole_row(const RowShape& s, bool residual) {
 // Whether rms_norm_quant's row kernel is pipelined (fused_quant.cuh says how), for `rows` row
 // slots of `chunks` chunks, resident_blocks blocks of the pipelined kernel fitting at once: 16-bit
 // rows without a residual, loaded 16 bytes at a time, of 64 to 256 lanes of two chunks (D = 1024,
-// 2048, 4096), in more than two waves of blocks. Only those ran faster pipelined (DESIGN.md).
+// 2048, 4096), in more than two waves of blocks. Only those ran faster pipelined (DESIGN.md). The
+// kernel counts rows in 32 bits: fewer than 2^31 of them (such rows of 2 KiB or more could not fit
+// a GPU's memory anyway).
 inline bool rms_pipelined(const RowShape& s, int64_t chunks, int64_t rows, int elem_bytes, bool residual, bool vec16,
                           int64_t resident_blocks) {
   const int64_t blocks = (rows + s.rows_per_block - 1) / s.rows_per_block;
   return elem_bytes == 2 && !residual && vec16 && s.chunks_per_lane == 2 && s.lanes >= 64 &&
-         int64_t(s.lanes) * 2 == chunks && blocks > 2 * resident_blocks;
+         int64_t(s.lanes) * 2 == chunks && blocks > 2 * resident_blocks && rows < (int64_t(1) << 31);
 }
 
 // silu_mul_quant's lanes: each holds units of `adjacent` neighbouring chunks (1 or 2), and the
