@@ -508,8 +508,8 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
   }
 }
 
-// The kind of flat row t.
-template <typename I = int64_t>
+// The kind of flat row t, in the row kernel's integer type I.
+template <typename I>
 __device__ __forceinline__ RowKind flat_row_kind(I t, I T, I T_q, I T_s) {
   return t < T ? RowKind::kData : t < T_q ? RowKind::kQPad : t < T_s ? RowKind::kScalePad : RowKind::kNone;
 }
@@ -1144,8 +1144,6 @@ __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const Ra
 // kRmsFirstWarpInverse: in the kernel of three or four 16-bit chunks a lane without the residual,
 // loaded 16 bytes at a time, only a row's first warp adds the warp sums and takes the inverse, and
 // shares it through shared memory; that frees the registers for five resident blocks, not four.
-// The pipelined kernel of rows of 256 lanes does the same: the other warps' copies of that step
-// cost more than their wait for the first warp's.
 template <typename T, bool kVec, int kMaxChunks, bool kResidual>
 constexpr bool kRmsFirstWarpInverse = kVec && !kResidual && sizeof(T) == 2 && kMaxChunks == 4;
 
@@ -1160,6 +1158,8 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     rms_norm_quant_kernel(const RmsNormQuantParams p, const uint32_t lanes_log2, const uint32_t prefetch_blocks) {
   static_assert(!kPipe || (kVec && !kResidual), "a pipelined row is loaded 16 bytes at a time, with no residual");
   static_assert(!kWhole || kMaxChunks >= 2, "a row of 256 lanes has at least 512 chunks");
+  // The pipelined kernel of rows of 256 lanes takes the inverse in the first warp too: the other
+  // warps' copies of that step cost more than their wait for the first warp's.
   constexpr bool kFirstWarpInverse = kRmsFirstWarpInverse<T, kVec, kMaxChunks, kResidual> || (kPipe && kWhole);
   __shared__ float warp_sums[kRowBlockThreads / 32];
   __shared__ float row_inv[kFirstWarpInverse ? kRowBlockThreads / 64 : 1];  // per row of W > 32 lanes
