@@ -100,9 +100,20 @@ __device__ __forceinline__ uint32_t shared_addr(const void* p) {
 // Asynchronous 16-byte copy from global to shared memory (zeros when !ok, src then unread), and
 // the groups of such copies: commit closes the thread's group; the waits leave at most the last
 // group pending, or none.
+__device__ __forceinline__ void cp_async16_at(uint32_t dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool ok) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(ok ? 16 : 0)
+  cp_async16_at(shared_addr(dst), src, ok);
+}
+// 16 bytes of shared memory at the 32-bit address src, read in program order after the waits above.
+__device__ __forceinline__ uint4 load_shared16(uint32_t src) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(src)
                : "memory");
+  return v;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_wait_all_but_last() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
@@ -1123,8 +1134,16 @@ __device__ __forceinline__ float warp_pair_sums(float acc, uint32_t W = 32) {
   return acc;
 }
 
-// y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs; both
-// rms_norm_quant kernels end with it.
+// y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs, from floats or
+// from raw chunks; both rms_norm_quant kernels end with it.
+template <typename T>
+__device__ __forceinline__ RawChunk<T> rms_scaled(const float (&v)[kChunkElems], const float (&wf)[kChunkElems],
+                                                  float inv) {
+  float y[kChunkElems];
+#pragma unroll
+  for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
+  return pack_round<T>(y);
+}
 template <typename T>
 __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const RawChunk<T>& w, float inv) {
   float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
@@ -1135,12 +1154,21 @@ __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const Ra
   return pack_round<T>(y);
 }
 
+// v through an opaque register copy, so that the compiler holds it rather than recompute it from
+// the raw words it came from (a value used on both sides of a barrier).
+__device__ __forceinline__ float held_float(float v) {
+  float h;
+  asm("mov.b32 %0, %1;" : "=f"(h) : "f"(v));
+  return h;
+}
+
 // ---- rms_norm_quant: each row's r = T(x + residual) stays in registers between the sum of
 // squares and the quantization, so x, residual and weight are read once. The weight is loaded
 // with the row, before the sum, so that its latency hides behind the row's.
 // kPipe (fused_quant_launch.h's rms_pipelined): the grid holds the resident blocks only, and each
 // copies the thread's chunks of its next row into shared memory while it works on the current
-// row, so that the next row's loads are in flight meanwhile.
+// row, so that the next row's loads are in flight meanwhile. It holds the row's and the weight's
+// values as floats, which its registers allow, so that neither is unpacked twice.
 // kRmsFirstWarpInverse: in the kernel of three or four 16-bit chunks a lane without the residual,
 // loaded 16 bytes at a time, only a row's first warp adds the warp sums and takes the inverse, and
 // shares it through shared memory; that frees the registers for five resident blocks, not four.
@@ -1194,19 +1222,23 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   // A pipelined grid's row slots fit 31 bits (rms_pipelined), which spares 64-bit row arithmetic.
   using Row = std::conditional_t<kPipe, uint32_t, int64_t>;
   const Row row_step = static_cast<Row>(gridDim.x) * rows_per_block;
-  // kPipe: the copy of the thread's chunks of row slot v + slot into stage s, as one group of
-  // asynchronous copies. Every slot holds a chunk (kSure), so only the row is tested: a row without
-  // data copies zeros (its source, row 0, is not read).
-  auto stage_row = [&](Row v, uint32_t s) {
+  // kPipe: the copy of the thread's chunks of row slot v + slot into the stage at dst, as one group
+  // of asynchronous copies. Every slot holds a chunk (kSure), so only the row is tested: a row
+  // without data copies zeros (its source, row 0, is not read). The shared addresses of the
+  // thread's first chunk in the stage read and in the one filled are swapped after each row, so
+  // that no row recomputes them from the thread index.
+  constexpr uint32_t kSlotBytes = kRowBlockThreads * sizeof(RawChunk<T>);
+  uint32_t stage_read = kPipe ? shared_addr(&stages[threadIdx.x]) : 0u;
+  uint32_t stage_fill = stage_read + kMaxChunks * kSlotBytes;
+  auto stage_row = [&](Row v, uint32_t dst) {
     const Row tt = v + slot;
     const bool ok = tt < static_cast<Row>(p.T);
     const T* const x_lane = x + (ok ? tt : 0) * p.x_stride + static_cast<uint64_t>(lane) * kChunkElems;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
       const uint4* src = reinterpret_cast<const uint4*>(x_lane + static_cast<uint64_t>(k) * W * kChunkElems);
-      RawChunk<T>& dst = stages[(s * kMaxChunks + k) * kRowBlockThreads + threadIdx.x];
 #pragma unroll
-      for (int i = 0; i < RawChunk<T>::kWords; ++i) cp_async16(&dst.w[i], src + i, ok);
+      for (int i = 0; i < RawChunk<T>::kWords; ++i) cp_async16_at(dst + k * kSlotBytes + i * 16, src + i, ok);
     }
     cp_async_commit();
   };
@@ -1221,8 +1253,17 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, k < kSure || c < chunks);
     }
   }
-  uint32_t stage = 0;
-  if constexpr (kPipe) stage_row(static_cast<Row>(blockIdx.x) * rows_per_block, 0);
+  // kPipe: the weight's values, held as floats over the block's rows.
+  float wf[kPipe ? kMaxChunks : 1][kChunkElems];
+  if constexpr (kPipe) {
+#pragma unroll
+    for (int k = 0; k < kMaxChunks; ++k) {
+      raw_to_floats<T>(w[k], wf[k]);
+#pragma unroll
+      for (int i = 0; i < kChunkElems; ++i) wf[k][i] = held_float(wf[k][i]);
+    }
+  }
+  if constexpr (kPipe) stage_row(static_cast<Row>(blockIdx.x) * rows_per_block, stage_read);
   for (Row v0 = static_cast<Row>(blockIdx.x) * rows_per_block; v0 < static_cast<Row>(p.T_s); v0 += row_step) {
     const Row t = v0 + slot;
     const RowKind kind = flat_row_kind<Row>(t, static_cast<Row>(p.T), static_cast<Row>(p.T_q), static_cast<Row>(p.T_s));
@@ -1231,6 +1272,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     // r = T(x + residual) kept raw. kPipe: the next row's copy starts, then this row's (started a
     // row earlier) is read.
     RawChunk<T> r[kMaxChunks];
+    float xf[kPipe ? kMaxChunks : 1][kChunkElems];  // kPipe: the row's values, held as floats
     float acc = 0.0f;
     // Kernels of four chunks a lane: slot k holds no chunk of the row in any lane of the warp
     // when the warp's first lane has none there (the fourth at D = 1536; in the upper half of the
@@ -1259,11 +1301,16 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       };
       RawChunk<T> rres[kResidual ? kMaxChunks : 1];
       if constexpr (kPipe) {
-        stage_row(v0 + row_step, stage ^ 1u);
+        stage_row(v0 + row_step, stage_fill);
         cp_async_wait_all_but_last();
 #pragma unroll
-        for (int k = 0; k < kMaxChunks; ++k) r[k] = stages[(stage * kMaxChunks + k) * kRowBlockThreads + threadIdx.x];
-        stage ^= 1u;
+        for (int k = 0; k < kMaxChunks; ++k) {
+#pragma unroll
+          for (int i = 0; i < RawChunk<T>::kWords; ++i) r[k].w[i] = load_shared16(stage_read + k * kSlotBytes + i * 16);
+        }
+        const uint32_t filled = stage_fill;
+        stage_fill = stage_read;
+        stage_read = filled;
       } else {
 #pragma unroll
         for (int k = 0; k < kMaxChunks; ++k) {
@@ -1282,6 +1329,10 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
         if (!slot_live(k)) continue;
         float v[kChunkElems];
         raw_to_floats<T>(r[k], v);
+        if constexpr (kPipe) {
+#pragma unroll
+          for (int i = 0; i < kChunkElems; ++i) v[i] = xf[k][i] = held_float(v[i]);
+        }
         if constexpr (kResidual) {
           float rv[kChunkElems];
           raw_to_floats<T>(rres[k], rv);
@@ -1314,7 +1365,11 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
     // y = T(r * inv * weight), rounded to T in pairs, then quantized.
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
-      if (slot_live(k)) r[k] = rms_scaled<T>(r[k], w[k], inv);
+      if constexpr (kPipe) {
+        r[k] = rms_scaled<T>(xf[k], wf[k], inv);
+      } else if (slot_live(k)) {
+        r[k] = rms_scaled<T>(r[k], w[k], inv);
+      }
     }
     quant_store_chunks<T, kMaxChunks, 1, kSure, !kResidual>(p.out, r, kind, 0, t, lane, W, chunks, group_lanes);
     if constexpr (!kPipe) break;  // a block per row slot (launch_rms_row): no second pass
