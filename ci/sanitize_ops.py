@@ -85,9 +85,12 @@ def main() -> int:
         x, w = rand(70, 16384, dtype=dtype), rand(16384, dtype=dtype)
         read_back(*fp8ops.rms_norm_quant(x, w, 1e-6, None, 128, layout, layout.endswith("packed"), 4))
         calls += 2
-    for dtype, layout in itertools.product((torch.bfloat16, torch.float16), ("row", "col_tma_packed")):
-        # rms_norm_quant's pipelined row kernel: 2201 rows of 4096, more than two waves of blocks.
-        x, w = rand(2201, 4096, dtype=dtype), rand(4096, dtype=dtype)
+    for dtype, layout, (M, D) in itertools.product(
+        (torch.bfloat16, torch.float16), ("row", "col_tma_packed"), ((2201, 4096), (4401, 2048), (8195, 1024))
+    ):
+        # rms_norm_quant's pipelined row kernels, in more than two waves of blocks: a row a block
+        # (D = 4096), two and four rows a block (2048, 1024).
+        x, w = rand(M, D, dtype=dtype), rand(D, dtype=dtype)
         read_back(*fp8ops.rms_norm_quant(x, w, 1e-6, None, 128, layout, layout.endswith("packed"), 4))
         calls += 1
     # Masked: 4 experts (counts scanned by every warp) and 36 (through shared memory).
