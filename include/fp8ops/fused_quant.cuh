@@ -488,7 +488,8 @@ __device__ __forceinline__ void quant_store_chunks(const RowQuantOut& o, const R
       // Unit in_group of this group: its first lane's chunk is c0 - in_group + in_group * W, and it
       // exists exactly when this lane's chunk of that unit does (units is a multiple of group_lanes).
       const uint32_t c = c0 - in_group + in_group * W;
-      if (in_group < static_cast<uint32_t>(kN) && (in_group < static_cast<uint32_t>(kSure) || c < units)) {
+      if (in_group < static_cast<uint32_t>(kN) &&
+          ((kSure > 0 && in_group < static_cast<uint32_t>(kSure)) || c < units)) {
         *reinterpret_cast<float*>(s_row + scale_group_offset(o, c >> group_log2, false)) = gathered;
       }
     }
