@@ -1245,33 +1245,31 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   };
   // The weight's chunks: loaded with each row (its latency hides behind the row's), at block scope
   // so that L1 may serve them, or once by a pipelined block, whose row comes from shared memory and
-  // would wait for them; kept over the rows of the other kernels, they took registers.
+  // would wait for them; kept over the rows of the other kernels, they took registers. A pipelined
+  // block holds their values as floats over its rows, then starts its first row's copy.
   RawChunk<T> w[kMaxChunks];
+  float wf[kPipe ? kMaxChunks : 1][kChunkElems];
   if constexpr (kPipe) {
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
       const uint32_t c = lane + k * W;
       w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, k < kSure || c < chunks);
     }
-  }
-  // kPipe: the weight's values, held as floats over the block's rows.
-  float wf[kPipe ? kMaxChunks : 1][kChunkElems];
-  if constexpr (kPipe) {
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
       raw_to_floats<T>(w[k], wf[k]);
 #pragma unroll
       for (int i = 0; i < kChunkElems; ++i) wf[k][i] = held_float(wf[k][i]);
     }
+    stage_row(static_cast<Row>(blockIdx.x) * rows_per_block, stage_read);
   }
-  if constexpr (kPipe) stage_row(static_cast<Row>(blockIdx.x) * rows_per_block, stage_read);
   for (Row v0 = static_cast<Row>(blockIdx.x) * rows_per_block; v0 < static_cast<Row>(p.T_s); v0 += row_step) {
     const Row t = v0 + slot;
     const RowKind kind = flat_row_kind<Row>(t, static_cast<Row>(p.T), static_cast<Row>(p.T_q), static_cast<Row>(p.T_s));
     const bool data = kind == RowKind::kData;
     // Every load of the row first (x, the residual and, but in kPipe, the weight), then
-    // r = T(x + residual) kept raw. kPipe: the next row's copy starts, then this row's (started a
-    // row earlier) is read.
+    // r = T(x + residual) kept raw (kPipe: as floats too). kPipe: the next row's copy starts, then
+    // this row's (started a row earlier) is read.
     RawChunk<T> r[kMaxChunks];
     float xf[kPipe ? kMaxChunks : 1][kChunkElems];  // kPipe: the row's values, held as floats
     float acc = 0.0f;
