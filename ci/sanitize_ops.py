@@ -61,7 +61,9 @@ def main() -> int:
         # warps quantizing), q and scale padding rows.
         read_back(*fp8ops.rms_norm_quant(rand(3, 7168, dtype=dtype), rand(7168, dtype=dtype), 1e-6, None, 128, layout,
                                          False, 4))  # fmt: skip
-        calls += 5
+        # 5 rows of 8576 in slices of 6 groups: packed scale words that two slices share.
+        read_back(*fp8ops.silu_mul_quant(rand(5, 2 * 8576, dtype=dtype), 128, layout, pad_rows_to=4))
+        calls += 6
     for layout in LAYOUTS:
         # 300 bf16 rows of 2048: the row kernel with the SiLU table (the 90 rows above: slices).
         read_back(*fp8ops.silu_mul_quant(rand(300, 2 * 2048), 128, layout, pad_rows_to=4))

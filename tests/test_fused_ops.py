@@ -527,6 +527,10 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # lane where the rows are not loaded 16 bytes at a time (and in fp32).
     shapes = (*shapes, (3, 33280, 128), (5, 8320, 32), (3, 6144, 64), (70, 2560, 128), (300, 6144, 64))
     shapes = (*shapes, (270, 9216, 128))
+    # Packed scale words that two slices share (groups of 128, slices of 6 or 18 groups), the last
+    # of 5 rows of 8576 also ending the row (groups 64 and 65 in one slice, 66 in the next); and a
+    # last slice of one group of 64, alone in its word.
+    shapes = (*shapes, (5, 8576, 128), (16, 18432, 128), (3, 4160, 64))
     # bf16 grids of 2^18 gate values or more look SiLU up in a table: rows, and 40 rows of 8192 in
     # slices (fused_quant_launch.h's silu_table).
     shapes = (*shapes, (40, 16384, 128))
