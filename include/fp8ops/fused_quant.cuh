@@ -1147,12 +1147,10 @@ __device__ __forceinline__ RawChunk<T> rms_scaled(const float (&v)[kChunkElems],
 }
 template <typename T>
 __device__ __forceinline__ RawChunk<T> rms_scaled(const RawChunk<T>& r, const RawChunk<T>& w, float inv) {
-  float v[kChunkElems], wf[kChunkElems], y[kChunkElems];
+  float v[kChunkElems], wf[kChunkElems];
   raw_to_floats<T>(r, v);
   raw_to_floats<T>(w, wf);
-#pragma unroll
-  for (int i = 0; i < kChunkElems; ++i) y[i] = mul_rn(mul_rn(v[i], inv), wf[i]);
-  return pack_round<T>(y);
+  return rms_scaled<T>(v, wf, inv);
 }
 
 // v through an opaque register copy, so that the compiler holds it rather than recompute it from
@@ -1252,8 +1250,7 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   if constexpr (kPipe) {
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
-      const uint32_t c = lane + k * W;
-      w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(c) * kChunkElems, k < kSure || c < chunks);
+      w[k] = load_raw8<T, kVec>(weight + static_cast<uint64_t>(lane + k * W) * kChunkElems, true);  // kSure
     }
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
