@@ -42,6 +42,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
     lib.fp8ops_silu_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
+    lib.fp8ops_rms_inverse.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64, ctypes.c_float, ctypes.c_float, _I64]
     lib.fp8ops_silu_mul_cuda.argtypes = [ctypes.c_void_p] * 3 + [_I64, _I64, _I64, ctypes.c_void_p]
     lib.fp8ops_silu_mul_cuda.restype = ctypes.c_int
     return lib
@@ -222,6 +223,16 @@ def exp_fp32(x):
 def silu_fp32(x):
     """fp8ops' fp32 SiLU, g / (1 + exp(-g)), elementwise on a CPU float32 tensor."""
     return _map_fp32(_lib().fp8ops_silu_fp32, x)
+
+
+def rms_inverse(sums, D, norm_eps, pow2=False):
+    """rms_norm_quant's step 3, 1 / sqrt(sum / D + norm_eps) (fused_quant.h's rms_inverse), on a
+    CPU float32 tensor of sums of squares; pow2: the form of the pipelined kernels, the sum times
+    1 / D (rms_inverse_pow2), for D a power of two."""
+    src = sums.detach().to("cpu").float().contiguous()
+    out = src.new_empty(src.shape)
+    _lib().fp8ops_rms_inverse(src.data_ptr(), out.data_ptr(), src.numel(), float(D), float(norm_eps), int(pow2))
+    return out
 
 
 def silu_mul_cuda(gate, up, path="flat"):

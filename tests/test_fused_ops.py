@@ -309,6 +309,33 @@ def test_rms_norm_quant_sum_order_is_fused_quant_h():
         assert_same_quant(got[0], got[1], wq, ws, f"D={D}")
 
 
+def test_rms_inverse_of_a_power_of_two_d_by_multiplication():
+    """The pipelined kernels (D = 1024, 2048, 4096) take ms as the sum times 1 / D: bit for bit
+    the correctly rounded division of SPEC section 9 (step 3), over sums of every fp32 exponent,
+    zero, subnormals, the largest finite, inf and NaN; the division form itself equals a torch
+    expression of the steps."""
+    e = torch.arange(-149, 128, dtype=torch.float64)
+    sums = torch.cat(
+        [
+            (2.0**e * (1 + torch.rand(e.numel(), dtype=torch.float64))).float(),
+            torch.rand(1 << 16) * 1e4,
+            torch.tensor([0.0, 1e-45, 3.4028235e38, float("inf"), float("nan")]),
+        ]
+    )
+    for D, eps in itertools.product((512, 1024, 2048, 4096, 8192, 16384), (1e-6, 0.0)):
+        div = _native.rms_inverse(sums, D, eps)
+        mul = _native.rms_inverse(sums, D, eps, pow2=True)
+        assert torch.equal(div.isnan(), mul.isnan()) and div[-1].isnan(), (D, eps)
+        ok = ~div.isnan()
+        assert torch.equal(div[ok].view(torch.int32), mul[ok].view(torch.int32)), (D, eps)
+        # fp32 steps, the square root correctly rounded through float64 (as fp8ops.reference does).
+        want = 1 / torch.sqrt((sums / D + torch.tensor(eps, dtype=torch.float32)).double()).float()
+        assert torch.equal(div[ok].view(torch.int32), want[ok].view(torch.int32)), (D, eps)
+    # The identity needs D a power of two: 7168 (not one) differs on some sums.
+    div, mul = _native.rms_inverse(sums[:-1], 7168, 0.0), _native.rms_inverse(sums[:-1], 7168, 0.0, pow2=True)
+    assert not torch.equal(div, mul)
+
+
 def test_rms_norm_quant_edge_rows():
     D = 1024
     w = torch.randn(D).bfloat16()

@@ -1204,6 +1204,12 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   const int64_t D = p.out.D;
   const uint32_t chunks = static_cast<uint32_t>(D / kChunkElems);
   const float Df = static_cast<float>(D);
+  // kPipe: D = 16 W, a power of two (rms_pipelined), so ms is the sum times 1 / D, exactly: no
+  // division on the chain that every warp of the row waits on for the inverse.
+  const float inv_D = kPipe ? 1.0f / Df : 0.0f;
+  auto inverse = [&](float sum) {
+    return kPipe ? rms_inverse_pow2(sum, inv_D, p.norm_eps) : rms_inverse(sum, Df, p.norm_eps);
+  };
   const T* __restrict__ x = static_cast<const T*>(p.x);
   T* __restrict__ res = static_cast<T*>(p.residual);
   const T* __restrict__ weight = static_cast<const T*>(p.weight);
@@ -1350,14 +1356,14 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
       __syncthreads();
       if constexpr (kFirstWarpInverse) {
         if (lane == 0) {
-          row_inv[slot] = rms_inverse(pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps), Df, p.norm_eps);
+          row_inv[slot] = inverse(pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps));
         }
       } else {
         acc = pairwise_sum<kRowBlockThreads / 32>(warp_sums + first, warps);
       }
       __syncthreads();
     }
-    const float inv = kFirstWarpInverse && W > 32 ? row_inv[slot] : rms_inverse(acc, Df, p.norm_eps);
+    const float inv = kFirstWarpInverse && W > 32 ? row_inv[slot] : inverse(acc);
     // y = T(r * inv * weight), rounded to T in pairs, then quantized.
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {

@@ -133,5 +133,10 @@ FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int
 FP8OPS_HD float rms_inverse(float sum_squares, float D, float norm_eps) {
   return div_rn(1.0f, sqrt_rn(add_rn(div_rn(sum_squares, D), norm_eps)));
 }
+// rms_inverse for D a power of two, given inv_D = 1 / D: the quotient and the product are the
+// same real number, rounded once, so the two agree bit for bit.
+FP8OPS_HD float rms_inverse_pow2(float sum_squares, float inv_D, float norm_eps) {
+  return div_rn(1.0f, sqrt_rn(add_rn(mul_rn(sum_squares, inv_D), norm_eps)));
+}
 
 }  // namespace fp8ops
