@@ -229,10 +229,8 @@ def rms_inverse(sums, D, norm_eps, pow2=False):
     """rms_norm_quant's step 3, 1 / sqrt(sum / D + norm_eps) (fused_quant.h's rms_inverse), on a
     CPU float32 tensor of sums of squares; pow2: the form of the pipelined kernels, the sum times
     1 / D (rms_inverse_pow2), for D a power of two."""
-    src = sums.detach().to("cpu").float().contiguous()
-    out = src.new_empty(src.shape)
-    _lib().fp8ops_rms_inverse(src.data_ptr(), out.data_ptr(), src.numel(), float(D), float(norm_eps), int(pow2))
-    return out
+    fn = _lib().fp8ops_rms_inverse
+    return _map_fp32(lambda src, out, n: fn(src, out, n, float(D), float(norm_eps), int(pow2)), sums)
 
 
 def silu_mul_cuda(gate, up, path="flat"):
