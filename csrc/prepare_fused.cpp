@@ -168,6 +168,8 @@ PreparedRmsNormQuant prepare_rms_norm_quant(const Tensor& x, const Tensor& weigh
   p.out = f.out;
   p.weight = weight.const_data_ptr();
   p.norm_eps = static_cast<float>(norm_eps);
+  p.D_f = static_cast<float>(D);
+  p.D_recip = rms_divisor_reciprocal(D);
   p.T = M;
   p.T_q = f.T_q;
   p.T_s = f.T_s;

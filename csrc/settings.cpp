@@ -190,10 +190,7 @@ FP8OPS_C_API void fp8ops_silu_fp32(const float* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = fp8ops::silu_fp32(in[i]);
 }
 
-// fused_quant.h's rms_inverse over n sums of squares, or, with pow2, rms_inverse_pow2 given 1 / D
-// (the pipelined kernels' form, for D a power of two).
-FP8OPS_C_API void fp8ops_rms_inverse(const float* in, float* out, int64_t n, float D, float norm_eps, int64_t pow2) {
-  for (int64_t i = 0; i < n; ++i) {
-    out[i] = pow2 ? fp8ops::rms_inverse_pow2(in[i], 1.0f / D, norm_eps) : fp8ops::rms_inverse(in[i], D, norm_eps);
-  }
+// fused_quant.h's rms_inverse over n sums of squares.
+FP8OPS_C_API void fp8ops_rms_inverse(const float* in, float* out, int64_t n, float D, float norm_eps) {
+  for (int64_t i = 0; i < n; ++i) out[i] = fp8ops::rms_inverse(in[i], D, norm_eps);
 }

@@ -42,9 +42,11 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_row_grid_blocks.restype = _I64
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
     lib.fp8ops_silu_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
-    lib.fp8ops_rms_inverse.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64, ctypes.c_float, ctypes.c_float, _I64]
+    lib.fp8ops_rms_inverse.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64, ctypes.c_float, ctypes.c_float]
     lib.fp8ops_silu_mul_cuda.argtypes = [ctypes.c_void_p] * 3 + [_I64, _I64, _I64, ctypes.c_void_p]
     lib.fp8ops_silu_mul_cuda.restype = ctypes.c_int
+    lib.fp8ops_rms_inverse_sweep_cuda.argtypes = [_I64, ctypes.c_float] + [_I64] * 3 + [ctypes.c_void_p] * 2
+    lib.fp8ops_rms_inverse_sweep_cuda.restype = ctypes.c_int
     return lib
 
 
@@ -225,12 +227,11 @@ def silu_fp32(x):
     return _map_fp32(_lib().fp8ops_silu_fp32, x)
 
 
-def rms_inverse(sums, D, norm_eps, pow2=False):
+def rms_inverse(sums, D, norm_eps):
     """rms_norm_quant's step 3, 1 / sqrt(sum / D + norm_eps) (fused_quant.h's rms_inverse), on a
-    CPU float32 tensor of sums of squares; pow2: the form of the pipelined kernels, the sum times
-    1 / D (rms_inverse_pow2), for D a power of two."""
+    CPU float32 tensor of sums of squares."""
     fn = _lib().fp8ops_rms_inverse
-    return _map_fp32(lambda src, out, n: fn(src, out, n, float(D), float(norm_eps), int(pow2)), sums)
+    return _map_fp32(lambda src, out, n: fn(src, out, n, float(D), float(norm_eps)), sums)
 
 
 def silu_mul_cuda(gate, up, path="flat"):
@@ -260,3 +261,21 @@ def silu_mul_cuda(gate, up, path="flat"):
     if err != 0:
         raise RuntimeError(f"fp8ops: silu_mul_cuda: CUDA error {err}")
     return out
+
+
+def rms_inverse_sweep_cuda(D, norm_eps, part, lo, hi, device=0):
+    """How many fp32 bit patterns in [lo, hi) give another result from rms_norm_quant's device
+    inverse than from the correctly rounded ops (fused_quant.cuh's rms_inverse_sweep_kernel; part
+    0: the whole inverse, as a sum, for divisor D; 1: its quotient; 2: the product by 1 / D, equal
+    only for D a power of two; 3: its reciprocal square root, as ms + eps). For the tests."""
+    import torch
+
+    count = torch.zeros(1, dtype=torch.int64, device=f"cuda:{device}")
+    stream = torch.cuda.current_stream(count.device).cuda_stream
+    with torch.cuda.device(count.device):
+        err = _lib().fp8ops_rms_inverse_sweep_cuda(
+            int(D), float(norm_eps), int(part), int(lo), int(hi), count.data_ptr(), stream
+        )
+    if err != 0:
+        raise RuntimeError(f"fp8ops: rms_inverse_sweep_cuda: CUDA error {err}")
+    return int(count.item())

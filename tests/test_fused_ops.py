@@ -309,11 +309,10 @@ def test_rms_norm_quant_sum_order_is_fused_quant_h():
         assert_same_quant(got[0], got[1], wq, ws, f"D={D}")
 
 
-def test_rms_inverse_of_a_power_of_two_d_by_multiplication():
-    """The pipelined kernels (D = 1024, 2048, 4096) take ms as the sum times 1 / D: bit for bit
-    the correctly rounded division of SPEC section 9 (step 3), over sums of every fp32 exponent,
-    zero, subnormals, the largest finite, inf and NaN; the division form itself equals a torch
-    expression of the steps."""
+def test_rms_inverse_against_torch_steps():
+    """rms_norm_quant's step 3 (fused_quant.h's rms_inverse, which the CPU kernel and the device's
+    slow path take) equals a torch expression of SPEC section 9's fp32 steps over sums of every
+    fp32 exponent, zero, subnormals, the largest finite, inf and NaN."""
     e = torch.arange(-149, 128, dtype=torch.float64)
     sums = torch.cat(
         [
@@ -322,18 +321,31 @@ def test_rms_inverse_of_a_power_of_two_d_by_multiplication():
             torch.tensor([0.0, 1e-45, 3.4028235e38, float("inf"), float("nan")]),
         ]
     )
-    for D, eps in itertools.product((512, 1024, 2048, 4096, 8192, 16384), (1e-6, 0.0)):
-        div = _native.rms_inverse(sums, D, eps)
-        mul = _native.rms_inverse(sums, D, eps, pow2=True)
-        assert torch.equal(div.isnan(), mul.isnan()) and div[-1].isnan(), (D, eps)
-        ok = ~div.isnan()
-        assert torch.equal(div[ok].view(torch.int32), mul[ok].view(torch.int32)), (D, eps)
+    for D, eps in itertools.product((512, 1536, 4096, 7168, 16384), (1e-6, 0.0)):
+        got = _native.rms_inverse(sums, D, eps)
+        assert got[-1].isnan() and not got[:-1].isnan().any(), (D, eps)
         # fp32 steps, the square root correctly rounded through float64 (as fp8ops.reference does).
         want = 1 / torch.sqrt((sums / D + torch.tensor(eps, dtype=torch.float32)).double()).float()
-        assert torch.equal(div[ok].view(torch.int32), want[ok].view(torch.int32)), (D, eps)
-    # The identity needs D a power of two: 7168 (not one) differs on some sums.
-    div, mul = _native.rms_inverse(sums[:-1], 7168, 0.0), _native.rms_inverse(sums[:-1], 7168, 0.0, pow2=True)
-    assert not torch.equal(div, mul)
+        assert torch.equal(got[:-1].view(torch.int32), want[:-1].view(torch.int32)), (D, eps)
+
+
+@pytest.mark.gpu
+def test_cuda_rms_inverse_sweeps_every_fp32_value():
+    """The kernels' inverse (fused_quant.cuh's rms_inverse_fast) equals the correctly rounded ops
+    of rms_inverse, bit for bit: its quotient over every fp32 sum of its fast range for every D a
+    multiple of 8 up to 16384, its reciprocal square root over every ms + eps of that range, and
+    the whole inverse over every fp32 bit pattern (zero, subnormals, inf, NaN: the slow path) for a
+    spread of D and eps. The sum times 1 / D in place of the quotient, exact only for a power of
+    two, shows that the sweep finds what differs."""
+    bits = lambda v: int(torch.tensor([v], dtype=torch.float32).view(torch.int32))  # noqa: E731
+    lo, hi = bits(2.0**-100), bits(2.0**100) + 1
+    assert _native.rms_inverse_sweep_cuda(7168, 0.0, 3, lo, hi) == 0
+    bad = [D for D in range(8, 16385, 8) if _native.rms_inverse_sweep_cuda(D, 0.0, 1, lo, hi)]
+    assert not bad, bad[:10]
+    for D, eps in itertools.product((8, 512, 1024, 1536, 4096, 5120, 7168, 16384), (1e-6, 0.0, 1e-30, 3e38)):
+        assert _native.rms_inverse_sweep_cuda(D, eps, 0, 0, 1 << 32) == 0, (D, eps)
+    assert _native.rms_inverse_sweep_cuda(4096, 0.0, 2, lo, hi) == 0
+    assert _native.rms_inverse_sweep_cuda(7168, 0.0, 2, lo, hi) > 0
 
 
 def test_rms_norm_quant_edge_rows():

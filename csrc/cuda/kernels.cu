@@ -148,3 +148,15 @@ FP8OPS_C_API int fp8ops_silu_mul_cuda(const void* gate, const void* up, void* a,
                                                                       static_cast<cudaStream_t>(stream));
   });
 }
+
+// fused_quant.cuh's rms_inverse_sweep_kernel over the fp32 bit patterns [lo, hi) for divisor D
+// (8 to kRmsMaxD, with the kernels' rms_divisor_reciprocal), adding the count of results that
+// differ from the correctly rounded ops to the device counter at count (a uint64), on the given
+// stream: the GPU tests sweep rms_norm_quant's inverse with it. Returns the CUDA status.
+FP8OPS_C_API int fp8ops_rms_inverse_sweep_cuda(int64_t D, float norm_eps, int64_t part, int64_t lo, int64_t hi,
+                                               void* count, void* stream) {
+  if (lo < 0 || hi < 0) return cudaErrorInvalidValue;
+  return fp8ops::launch_rms_inverse_sweep(D, norm_eps, static_cast<int>(part), static_cast<uint64_t>(lo),
+                                          static_cast<uint64_t>(hi), static_cast<unsigned long long*>(count),
+                                          static_cast<cudaStream_t>(stream));
+}

@@ -1135,6 +1135,64 @@ __device__ __forceinline__ float warp_pair_sums(float acc, uint32_t W = 32) {
   return acc;
 }
 
+// rms_inverse on the device (SPEC section 9, step 3). A sum and an ms + eps inside
+// [kRmsFastMin, kRmsFastMax] take the compiler's fast-path steps of the division, the square root
+// and the reciprocal with no range check between them; anything else (a zero, inf or NaN sum, an
+// eps of 0 with a tiny sum) takes rms_inverse. D and rD (1 / D correctly rounded, fused_quant.h's
+// rms_divisor_reciprocal) come from the parameters, so no thread converts D itself. With kPow2 (D a
+// power of two) rD is 1 / D exactly and ms the sum times it: the quotient's real number, rounded
+// once. The GPU tests sweep every fp32 sum of the range for every D, and every ms + eps of it.
+constexpr float kRmsFastMin = 0x1p-100f, kRmsFastMax = 0x1p100f;
+template <bool kPow2>
+__device__ __forceinline__ float rms_inverse_fast(float sum, float D, float rD, float norm_eps) {
+  const float ms = kPow2 ? __fmul_rn(sum, rD) : div_rn_by(sum, D, rD);
+  const float v = __fadd_rn(ms, norm_eps);
+  const float inv = rsqrt_rn_fast(v);
+  const bool fast = sum >= kRmsFastMin && sum <= kRmsFastMax && v >= kRmsFastMin && v <= kRmsFastMax;
+  return fast ? inv : rms_inverse(sum, D, norm_eps);
+}
+
+// For the tests: how many fp32 bit patterns b in [lo, hi) (as a sum, or as v = ms + eps) give
+// another result on the device than the correctly rounded ops of fused_quant.h, added to *count.
+// part 0: rms_inverse_fast (kPow2 when D is a power of two) against rms_inverse; 1: its quotient
+// div_rn_by against div_rn(b, D); 2: the product b * (1 / D) against div_rn(b, D), equal only for a
+// power of two; 3: rsqrt_rn_fast against div_rn(1, sqrt_rn(b)).
+__global__ void rms_inverse_sweep_kernel(float D, float rD, float norm_eps, int part, uint64_t lo, uint64_t hi,
+                                         unsigned long long* count) {
+  const bool pow2 = (__float_as_uint(D) & 0x7FFFFFu) == 0;  // D >= 8, a normal
+  unsigned long long differ = 0;
+  for (uint64_t b = lo + blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; b < hi;
+       b += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = __uint_as_float(static_cast<uint32_t>(b));
+    float got, want;
+    if (part == 0) {
+      got = pow2 ? rms_inverse_fast<true>(x, D, rD, norm_eps) : rms_inverse_fast<false>(x, D, rD, norm_eps);
+      want = rms_inverse(x, D, norm_eps);
+    } else if (part == 3) {
+      got = rsqrt_rn_fast(x);
+      want = div_rn(1.0f, sqrt_rn(x));
+    } else {
+      got = part == 1 ? div_rn_by(x, D, rD) : __fmul_rn(x, rD);
+      want = div_rn(x, D);
+    }
+    differ += __float_as_uint(got) != __float_as_uint(want);
+  }
+  for (int off = 16; off > 0; off >>= 1) differ += __shfl_xor_sync(0xFFFFFFFFu, differ, off);
+  if ((threadIdx.x & 31) == 0 && differ) atomicAdd(count, differ);
+}
+
+inline cudaError_t launch_rms_inverse_sweep(int64_t D, float norm_eps, int part, uint64_t lo, uint64_t hi,
+                                            unsigned long long* count, cudaStream_t stream) {
+  if (D < 8 || D > kRmsMaxD || part < 0 || part > 3 || lo > hi || hi > (uint64_t{1} << 32)) {
+    return cudaErrorInvalidValue;
+  }
+  if (lo == hi) return cudaSuccess;
+  const uint64_t blocks = std::min<uint64_t>((hi - lo + 255) / 256, 8192);  // then a grid-stride loop
+  rms_inverse_sweep_kernel<<<static_cast<uint32_t>(blocks), 256, 0, stream>>>(
+      static_cast<float>(D), rms_divisor_reciprocal(D), norm_eps, part, lo, hi, count);
+  return cudaGetLastError();
+}
+
 // y = T(r * inv * weight) for a chunk (SPEC section 9, step 4), rounded in pairs, from floats or
 // from raw chunks; both rms_norm_quant kernels end with it.
 template <typename T>
@@ -1203,13 +1261,8 @@ __global__ void __launch_bounds__(kRowBlockThreads, kRmsMinBlocks<T, kVec, kMaxC
   const uint32_t group_lanes = static_cast<uint32_t>(p.out.group_size) / kChunkElems;
   const int64_t D = p.out.D;
   const uint32_t chunks = static_cast<uint32_t>(D / kChunkElems);
-  const float Df = static_cast<float>(D);
-  // kPipe: D = 16 W, a power of two (rms_pipelined), so ms is the sum times 1 / D, exactly: no
-  // division on the chain that every warp of the row waits on for the inverse.
-  const float inv_D = kPipe ? 1.0f / Df : 0.0f;
-  auto inverse = [&](float sum) {
-    return kPipe ? rms_inverse_pow2(sum, inv_D, p.norm_eps) : rms_inverse(sum, Df, p.norm_eps);
-  };
+  // kPipe: D = 16 W, a power of two (rms_pipelined), so ms is the sum times 1 / D.
+  auto inverse = [&](float sum) { return rms_inverse_fast<kPipe>(sum, p.D_f, p.D_recip, p.norm_eps); };
   const T* __restrict__ x = static_cast<const T*>(p.x);
   T* __restrict__ res = static_cast<T*>(p.residual);
   const T* __restrict__ weight = static_cast<const T*>(p.weight);
@@ -1458,7 +1511,7 @@ __global__ void __launch_bounds__(kCluster ? 32 * kK : kRowBlockThreads)
   } else {
     __syncthreads();
   }
-  const float inv = rms_inverse(pairwise_sum<kMaxParts>(part, parts), static_cast<float>(p.out.D), p.norm_eps);
+  const float inv = rms_inverse_fast<false>(pairwise_sum<kMaxParts>(part, parts), p.D_f, p.D_recip, p.norm_eps);
   const RawChunk<T> a[1] = {rms_scaled<T>(r, w, inv)};
   quant_store_chunks<T, 1>(p.out, a, kind, 0, t, static_cast<uint32_t>(c), W, static_cast<uint32_t>(chunks),
                            group_lanes);
@@ -1511,7 +1564,7 @@ __global__ void __launch_bounds__(kRowBlockThreads)
   if ((lane & 31) == 0) warp_sums[lane / 32] = acc;
   __syncthreads();
   if ((lane & ~31u) + j * W >= chunks) return;  // the warp holds no chunk of slot j
-  const float inv = rms_inverse(pairwise_sum<kWarps>(warp_sums, kWarps), static_cast<float>(p.out.D), p.norm_eps);
+  const float inv = rms_inverse_fast<false>(pairwise_sum<kWarps>(warp_sums, kWarps), p.D_f, p.D_recip, p.norm_eps);
   const RawChunk<T> a[1] = {rms_scaled<T>(mine, w, inv)};
   quant_store_chunks<T, 1, 1, 0, true>(p.out, a, kind, 0, t, c, W, chunks, group_lanes);
 }

@@ -81,6 +81,9 @@ struct RmsNormQuantParams {
   int64_t r_stride;
   const void* weight;  // [D] contiguous
   float norm_eps;
+  // D as a float and 1 / D correctly rounded (rms_divisor_reciprocal), as the device's inverse
+  // takes them (fused_quant.cuh's rms_inverse_fast).
+  float D_f, D_recip;
   int64_t T, T_q, T_s;
   RowQuantOut out;
 };
@@ -129,14 +132,13 @@ FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int
   return row_scale_base(o, e, t) + scale_group_offset(o, s);
 }
 
+// 1 / D correctly rounded to fp32: the quotient in fp64 rounds to the same fp32 value as the
+// exact one (53 >= 2 * 24 + 2 bits make the double rounding innocuous).
+inline float rms_divisor_reciprocal(int64_t D) { return static_cast<float>(1.0 / static_cast<double>(D)); }
+
 // Step 3 of rms_norm_quant: 1 / sqrt(ms + eps), correctly rounded square root and division.
 FP8OPS_HD float rms_inverse(float sum_squares, float D, float norm_eps) {
   return div_rn(1.0f, sqrt_rn(add_rn(div_rn(sum_squares, D), norm_eps)));
-}
-// rms_inverse for D a power of two, given inv_D = 1 / D: the quotient and the product are the
-// same real number, rounded once, so the two agree bit for bit.
-FP8OPS_HD float rms_inverse_pow2(float sum_squares, float inv_D, float norm_eps) {
-  return div_rn(1.0f, sqrt_rn(add_rn(mul_rn(sum_squares, inv_D), norm_eps)));
 }
 
 }  // namespace fp8ops

@@ -264,12 +264,28 @@ __device__ __forceinline__ float group_reciprocal(float scale, bool ue8m0) {
 // correction, the steps of the compiler's own division on its fast path, taken when no step
 // leaves the normal range, as none does here. The GPU tests hold SiLU through it to the CPU's
 // over every bf16 and fp16 gate.
-__device__ __forceinline__ float div_rn_fast(float g, float d) {
+// Its two halves: the refined reciprocal r of d, which depends on d alone (a kernel may take it
+// once for many quotients), and the quotient from it.
+__device__ __forceinline__ float div_reciprocal(float d) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  r = __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
+}
+__device__ __forceinline__ float div_rn_by(float g, float d, float r) {
   const float q = __fmul_rn(g, r);
   return __fmaf_rn(__fmaf_rn(-d, q, g), r, q);
+}
+__device__ __forceinline__ float div_rn_fast(float g, float d) { return div_rn_by(g, d, div_reciprocal(d)); }
+
+// 1 / sqrt(v), the square root and the reciprocal each correctly rounded, as
+// div_rn(1, sqrt_rn(v)), for 2^-100 <= v <= 2^100: the compiler's own steps for __fsqrt_rn on the
+// path it takes for such v (the hardware's rsqrt, then one correction), then rcp_rn_normal, with
+// no range check. The GPU tests sweep every v of that range against the two correctly rounded ops.
+__device__ __forceinline__ float rsqrt_rn_fast(float v) {
+  float y;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(v));
+  const float s0 = __fmul_rn(v, y), h = __fmul_rn(y, 0.5f);
+  return rcp_rn_normal(__fmaf_rn(__fmaf_rn(-s0, s0, v), h, s0));
 }
 
 // silu_fp32(g) for 2^-60 <= |g| <= 40: there the clamp and the select of one_plus_exp_neg do
