@@ -264,18 +264,18 @@ __device__ __forceinline__ float group_reciprocal(float scale, bool ue8m0) {
 // correction, the steps of the compiler's own division on its fast path, taken when no step
 // leaves the normal range, as none does here. The GPU tests hold SiLU through it to the CPU's
 // over every bf16 and fp16 gate.
-// Its two halves: the refined reciprocal r of d, which depends on d alone (a kernel may take it
-// once for many quotients), and the quotient from it.
-__device__ __forceinline__ float div_reciprocal(float d) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
-  return __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r);
-}
+// div_rn_by is its second half: the quotient, remainder and correction from r, the refined
+// reciprocal of d, which is 1 / d correctly rounded (rcp_rn_normal's steps) and may come from
+// elsewhere.
 __device__ __forceinline__ float div_rn_by(float g, float d, float r) {
   const float q = __fmul_rn(g, r);
   return __fmaf_rn(__fmaf_rn(-d, q, g), r, q);
 }
-__device__ __forceinline__ float div_rn_fast(float g, float d) { return div_rn_by(g, d, div_reciprocal(d)); }
+__device__ __forceinline__ float div_rn_fast(float g, float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return div_rn_by(g, d, __fmaf_rn(r, __fmaf_rn(-d, r, 1.0f), r));
+}
 
 // 1 / sqrt(v), the square root and the reciprocal each correctly rounded, as
 // div_rn(1, sqrt_rn(v)), for 2^-100 <= v <= 2^100: the compiler's own steps for __fsqrt_rn on the
