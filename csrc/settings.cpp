@@ -190,6 +190,12 @@ FP8OPS_C_API void fp8ops_silu_fp32(const float* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = fp8ops::silu_fp32(in[i]);
 }
 
+// fused_quant.h's kRmsFastMin and kRmsFastMax: out[0] and out[1].
+FP8OPS_C_API void fp8ops_rms_fast_range(float* out) {
+  out[0] = fp8ops::kRmsFastMin;
+  out[1] = fp8ops::kRmsFastMax;
+}
+
 // fused_quant.h's rms_inverse over n sums of squares.
 FP8OPS_C_API void fp8ops_rms_inverse(const float* in, float* out, int64_t n, float D, float norm_eps) {
   for (int64_t i = 0; i < n; ++i) out[i] = fp8ops::rms_inverse(in[i], D, norm_eps);

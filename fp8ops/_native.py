@@ -43,6 +43,7 @@ def _lib() -> ctypes.CDLL:
     lib.fp8ops_exp_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
     lib.fp8ops_silu_fp32.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64]
     lib.fp8ops_rms_inverse.argtypes = [ctypes.c_void_p, ctypes.c_void_p, _I64, ctypes.c_float, ctypes.c_float]
+    lib.fp8ops_rms_fast_range.argtypes = [ctypes.c_void_p]
     lib.fp8ops_silu_mul_cuda.argtypes = [ctypes.c_void_p] * 3 + [_I64, _I64, _I64, ctypes.c_void_p]
     lib.fp8ops_silu_mul_cuda.restype = ctypes.c_int
     lib.fp8ops_rms_inverse_sweep_cuda.argtypes = [_I64, ctypes.c_float] + [_I64] * 3 + [ctypes.c_void_p] * 2
@@ -232,6 +233,14 @@ def rms_inverse(sums, D, norm_eps):
     CPU float32 tensor of sums of squares."""
     fn = _lib().fp8ops_rms_inverse
     return _map_fp32(lambda src, out, n: fn(src, out, n, float(D), float(norm_eps)), sums)
+
+
+def rms_fast_range() -> tuple:
+    """The sums and values of ms + eps, lo <= v <= hi, for which rms_norm_quant's device inverse
+    takes its fast-path steps (include/fp8ops/fused_quant.h's kRmsFastMin and kRmsFastMax)."""
+    out = (ctypes.c_float * 2)()
+    _lib().fp8ops_rms_fast_range(out)
+    return float(out[0]), float(out[1])
 
 
 def silu_mul_cuda(gate, up, path="flat"):

@@ -338,7 +338,9 @@ def test_cuda_rms_inverse_sweeps_every_fp32_value():
     spread of D and eps. The sum times 1 / D in place of the quotient, exact only for a power of
     two, shows that the sweep finds what differs."""
     bits = lambda v: int(torch.tensor([v], dtype=torch.float32).view(torch.int32))  # noqa: E731
-    lo, hi = bits(2.0**-100), bits(2.0**100) + 1
+    fast_min, fast_max = _native.rms_fast_range()
+    assert 0 < fast_min < 1 < fast_max < float("inf")
+    lo, hi = bits(fast_min), bits(fast_max) + 1
     assert _native.rms_inverse_sweep_cuda(7168, 0.0, 3, lo, hi) == 0
     bad = [D for D in range(8, 16385, 8) if _native.rms_inverse_sweep_cuda(D, 0.0, 1, lo, hi)]
     assert not bad, bad[:10]

@@ -1135,14 +1135,13 @@ __device__ __forceinline__ float warp_pair_sums(float acc, uint32_t W = 32) {
   return acc;
 }
 
-// rms_inverse on the device (SPEC section 9, step 3). A sum and an ms + eps inside
+// rms_inverse on the device (SPEC section 9, step 3). A sum and an ms + eps inside fused_quant.h's
 // [kRmsFastMin, kRmsFastMax] take the compiler's fast-path steps of the division, the square root
 // and the reciprocal with no range check between them; anything else (a zero, inf or NaN sum, an
 // eps of 0 with a tiny sum) takes rms_inverse. D and rD (1 / D correctly rounded, fused_quant.h's
 // rms_divisor_reciprocal) come from the parameters, so no thread converts D itself. With kPow2 (D a
 // power of two) rD is 1 / D exactly and ms the sum times it: the quotient's real number, rounded
 // once. The GPU tests sweep every fp32 sum of the range for every D, and every ms + eps of it.
-constexpr float kRmsFastMin = 0x1p-100f, kRmsFastMax = 0x1p100f;
 template <bool kPow2>
 __device__ __forceinline__ float rms_inverse_fast(float sum, float D, float rD, float norm_eps) {
   const float ms = kPow2 ? __fmul_rn(sum, rD) : div_rn_by(sum, D, rD);

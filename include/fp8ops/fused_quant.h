@@ -136,6 +136,10 @@ FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int
 // exact one (53 >= 2 * 24 + 2 bits make the double rounding innocuous).
 inline float rms_divisor_reciprocal(int64_t D) { return static_cast<float>(1.0 / static_cast<double>(D)); }
 
+// The range of sums and of ms + eps in which the device's inverse takes its fast-path steps
+// (fused_quant.cuh's rms_inverse_fast); the GPU tests sweep every fp32 value of it.
+constexpr float kRmsFastMin = 0x1p-100f, kRmsFastMax = 0x1p100f;
+
 // Step 3 of rms_norm_quant: 1 / sqrt(ms + eps), correctly rounded square root and division.
 FP8OPS_HD float rms_inverse(float sum_squares, float D, float norm_eps) {
   return div_rn(1.0f, sqrt_rn(add_rn(div_rn(sum_squares, D), norm_eps)));
