@@ -809,12 +809,15 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = (*shapes, (300, 1536, 32))
     # The slot kernel without the residual (1 x 7168 above): rows of 2, 3 and 4 chunk slots.
     shapes = (*shapes, (9, 4096, 128), (5, 5120, 64), (2, 8192, 128))
+    # The largest small grid of rows of 7168: 64 rows, with the residual 512 blocks in clusters of
+    # 8 (the split kernel), without it 256 blocks (the slot kernel).
+    shapes = (*shapes, (64, 7168, 128))
     # Every kernel runs: the row kernel, the split kernel in one block (512, 1536, 2048) and in
     # clusters of 4 and 8 blocks, and the slot kernel.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert {_native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) for M, D, _ in shapes} == {0, 1, 4, 8}
     slot = {(M, D) for M, D, _ in shapes if _native.rms_slot_blocks(_layout.align(M, 4), D // 8, False, sms)}
-    assert slot == {(1, 7168), (9, 4096), (5, 5120), (2, 8192)}
+    assert slot == {(1, 7168), (9, 4096), (5, 5120), (2, 8192), (64, 7168)}
     row_kernel = [D for M, D, _ in shapes if _native.rms_split_cluster(_layout.align(M, 4), D // 8, sms) == 0]
     assert {D for D in row_kernel if _native.rms_whole_row(D // 8, False)} == {4096, 7168, 16384}
     assert {D for D in row_kernel if _native.rms_whole_row(D // 8, True)} == {7168, 16384}
