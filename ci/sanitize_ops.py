@@ -109,7 +109,7 @@ def main() -> int:
             q[e, :n].cpu(), s[e, :n].cpu()
         calls += 2
     # Masked bf16 rows of 2048 with enough valid rows for the kernel to take pairs and the SiLU
-    # table (fused_quant_launch.h's silu_masked_pairs), counts scanned both ways.
+    # table (silu_mul_quant_launch.h's silu_masked_pairs), counts scanned both ways.
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     for layout, E in (("col_tma_packed", 4), ("row", 36)):
         need = _native.silu_masked_pairs(256, E * 1024, 2, True, True, sms)["rows"]

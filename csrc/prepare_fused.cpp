@@ -3,7 +3,7 @@
 #include <array>
 #include <limits>
 
-#include "fp8ops/fused_quant_launch.h"
+#include "fp8ops/rms_norm_quant_launch.h"
 #include "layout.h"
 #include "ops.h"
 

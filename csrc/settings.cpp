@@ -4,9 +4,10 @@
 #include <cstdint>
 #include <iterator>
 
-#include "fp8ops/fused_quant_launch.h"
 #include "fp8ops/group_quant_launch.h"
 #include "fp8ops/indexer_launch.h"
+#include "fp8ops/rms_norm_quant_launch.h"
+#include "fp8ops/silu_mul_quant_launch.h"
 #include "fp8ops/silu_table.h"
 
 namespace fp8ops {
@@ -81,7 +82,7 @@ FP8OPS_C_API void fp8ops_row_shape(int64_t chunks, int64_t op, int64_t* out) {
   out[3] = fp8ops::row_max_chunks(s.chunks_per_lane);
 }
 
-// fused_quant_launch.h's silu_shape: writes out[0..5]: lanes, units per lane, rows_per_block,
+// silu_mul_quant_launch.h's silu_shape: writes out[0..5]: lanes, units per lane, rows_per_block,
 // chunks per unit, slices per row, threads per block.
 FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked, int64_t elem_bytes, int64_t vec16,
                                     int64_t sm_count, int64_t* out) {
@@ -95,7 +96,7 @@ FP8OPS_C_API void fp8ops_silu_shape(int64_t chunks, int64_t rows, int64_t masked
   out[5] = s.threads;
 }
 
-// fused_quant_launch.h's silu_masked_pairs for a masked buffer of `rows` row slots (bf16: 1 for
+// silu_mul_quant_launch.h's silu_masked_pairs for a masked buffer of `rows` row slots (bf16: 1 for
 // bf16 rows, else 16-bit or 32-bit rows of elem_bytes): writes out[0] = the valid rows from which
 // the masked kernel takes pairs (0: never), out[1] = the log2 of their lanes.
 FP8OPS_C_API void fp8ops_silu_masked_pairs(int64_t chunks, int64_t rows, int64_t elem_bytes, int64_t bf16,
@@ -107,12 +108,12 @@ FP8OPS_C_API void fp8ops_silu_masked_pairs(int64_t chunks, int64_t rows, int64_t
   out[1] = p.lanes_log2;
 }
 
-// fused_quant_launch.h's silu_stream: 1 when the flat table kernel of pairs loads x evict-first.
+// silu_mul_quant_launch.h's silu_stream: 1 when the flat table kernel of pairs loads x evict-first.
 FP8OPS_C_API int64_t fp8ops_silu_stream(int64_t rows, int64_t q_rows, int64_t H, int64_t elem_bytes, int64_t l2_bytes) {
   return fp8ops::silu_stream(rows, q_rows, H, static_cast<int>(elem_bytes), l2_bytes) ? 1 : 0;
 }
 
-// fused_quant_launch.h's silu_flat_grid: writes out[0..1], the blocks and threads a block of the
+// silu_mul_quant_launch.h's silu_flat_grid: writes out[0..1], the blocks and threads a block of the
 // flat row kernel's grid for `rows` row slots of `chunks` chunks (silu_shape; 0, 0 for a sliced
 // shape), with resident_per_sm blocks of kRowBlockThreads and wide_per_sm of kSiluFlatWideThreads
 // of that kernel on each multiprocessor.
@@ -128,7 +129,7 @@ FP8OPS_C_API void fp8ops_silu_flat_grid(int64_t chunks, int64_t rows, int64_t el
   out[1] = g.threads;
 }
 
-// fused_quant_launch.h's silu_table: 1 where silu_mul_quant looks the bf16 SiLU up in its table.
+// silu_mul_quant_launch.h's silu_table: 1 where silu_mul_quant looks the bf16 SiLU up in its table.
 FP8OPS_C_API int64_t fp8ops_silu_table_used(int64_t bf16, int64_t masked, int64_t rows, int64_t H) {
   return fp8ops::silu_table(bf16 != 0, masked != 0, rows, H);
 }
@@ -146,7 +147,7 @@ FP8OPS_C_API void fp8ops_silu_table(int64_t* out) {
   for (uint32_t i = 0; i < fp8ops::kSiluTableEntries; ++i) out[i] = kTable[i];
 }
 
-// fused_quant_launch.h's rms_split_cluster for `rows` row slots of `chunks` chunks: the cluster
+// rms_norm_quant_launch.h's rms_split_cluster for `rows` row slots of `chunks` chunks: the cluster
 // size of the split kernel (1: one block per row), or 0 for the row kernel.
 FP8OPS_C_API int64_t fp8ops_rms_split_cluster(int64_t rows, int64_t chunks, int64_t sm_count) {
   return fp8ops::rms_split_cluster(rows, fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane),
@@ -154,13 +155,13 @@ FP8OPS_C_API int64_t fp8ops_rms_split_cluster(int64_t rows, int64_t chunks, int6
 }
 
 // The blocks per row of rms_norm_quant's slot kernel for `rows` row slots of `chunks` chunks
-// (fused_quant_launch.h's rms_slot_blocks), or 0 where it does not run.
+// (rms_norm_quant_launch.h's rms_slot_blocks), or 0 where it does not run.
 FP8OPS_C_API int64_t fp8ops_rms_slot_blocks(int64_t rows, int64_t chunks, int64_t residual, int64_t sm_count) {
   const fp8ops::RowShape s = fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane);
   return fp8ops::rms_slot_blocks(rows, s, residual != 0, static_cast<int>(sm_count));
 }
 
-// fused_quant_launch.h's rms_pipelined for `rows` row slots of `chunks` chunks, with
+// rms_norm_quant_launch.h's rms_pipelined for `rows` row slots of `chunks` chunks, with
 // resident_blocks blocks of the pipelined kernel on the device: 1 where the row kernel is the
 // pipelined one.
 FP8OPS_C_API int64_t fp8ops_rms_pipelined(int64_t chunks, int64_t rows, int64_t elem_bytes, int64_t residual,
@@ -169,7 +170,7 @@ FP8OPS_C_API int64_t fp8ops_rms_pipelined(int64_t chunks, int64_t rows, int64_t 
                                static_cast<int>(elem_bytes), residual != 0, vec16 != 0, resident_blocks);
 }
 
-// fused_quant_launch.h's rms_whole_row for rows of `chunks` chunks: 1 where the row kernel knows
+// rms_norm_quant_launch.h's rms_whole_row for rows of `chunks` chunks: 1 where the row kernel knows
 // W = 256 at compile time.
 FP8OPS_C_API int64_t fp8ops_rms_whole_row(int64_t chunks, int64_t residual) {
   return fp8ops::rms_whole_row(fp8ops::row_shape(chunks, fp8ops::kRmsChunksPerLane), residual != 0);

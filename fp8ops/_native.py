@@ -112,7 +112,7 @@ def row_shape(chunks: int, op: str) -> dict:
 
 def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: bool, sm_count: int) -> dict:
     """How silu_mul_quant shares its rows out: units of `adjacent` chunks over `lanes` lanes, each
-    row cut into `slices`, in blocks of `threads` (include/fp8ops/fused_quant_launch.h)."""
+    row cut into `slices`, in blocks of `threads` (include/fp8ops/silu_mul_quant_launch.h)."""
     out = (_I64 * 6)()
     _lib().fp8ops_silu_shape(chunks, rows, int(masked), elem_bytes, int(vec16), sm_count, out)
     keys = ("lanes", "units_per_lane", "rows_per_block", "adjacent", "slices", "threads")
@@ -122,7 +122,7 @@ def silu_shape(chunks: int, rows: int, masked: bool, elem_bytes: int, vec16: boo
 def silu_masked_pairs(chunks: int, rows: int, elem_bytes: int, bf16: bool, vec16: bool, sm_count: int) -> dict:
     """From how many valid rows the masked silu_mul_quant kernel of a buffer of `rows` row slots
     takes units of two chunks and the SiLU table (0: never), and the log2 of the lanes of such a
-    row (include/fp8ops/fused_quant_launch.h)."""
+    row (include/fp8ops/silu_mul_quant_launch.h)."""
     out = (_I64 * 2)()
     _lib().fp8ops_silu_masked_pairs(chunks, rows, elem_bytes, int(bf16), int(vec16), sm_count, out)
     return {"rows": out[0], "lanes_log2": out[1]}
@@ -138,14 +138,14 @@ def silu_table_bounds() -> tuple:
 
 def silu_table_used(bf16: bool, masked: bool, rows: int, H: int) -> bool:
     """Whether silu_mul_quant looks the bf16 SiLU up in its table for `rows` data rows of H gate
-    values (include/fp8ops/fused_quant_launch.h)."""
+    values (include/fp8ops/silu_mul_quant_launch.h)."""
     return bool(_lib().fp8ops_silu_table_used(int(bf16), int(masked), rows, H))
 
 
 def silu_stream(rows: int, q_rows: int, H: int, elem_bytes: int, l2_bytes: int) -> bool:
     """Whether the flat bf16 table kernel of pairs of chunks loads x evict-first, for `rows` data
     rows and `q_rows` row slots of H gate values on a device with l2_bytes of L2
-    (include/fp8ops/fused_quant_launch.h)."""
+    (include/fp8ops/silu_mul_quant_launch.h)."""
     return bool(_lib().fp8ops_silu_stream(rows, q_rows, H, elem_bytes, l2_bytes))
 
 
@@ -160,26 +160,26 @@ def silu_table() -> list:
 def rms_split_cluster(rows: int, chunks: int, sm_count: int) -> int:
     """The cluster size of rms_norm_quant's split kernel for `rows` row slots of `chunks` chunks
     (1: one block per row, no cluster), or 0 where the row kernel runs
-    (include/fp8ops/fused_quant_launch.h)."""
+    (include/fp8ops/rms_norm_quant_launch.h)."""
     return _lib().fp8ops_rms_split_cluster(rows, chunks, sm_count)
 
 
 def rms_slot_blocks(rows: int, chunks: int, residual: bool, sm_count: int) -> int:
     """The blocks per row of rms_norm_quant's slot kernel for `rows` row slots of `chunks` chunks,
-    or 0 where it does not run (include/fp8ops/fused_quant_launch.h)."""
+    or 0 where it does not run (include/fp8ops/rms_norm_quant_launch.h)."""
     return _lib().fp8ops_rms_slot_blocks(rows, chunks, int(residual), sm_count)
 
 
 def rms_whole_row(chunks: int, residual: bool) -> bool:
     """Whether rms_norm_quant's row kernel for rows of `chunks` chunks knows at compile time that a
-    row has 256 lanes (include/fp8ops/fused_quant_launch.h)."""
+    row has 256 lanes (include/fp8ops/rms_norm_quant_launch.h)."""
     return bool(_lib().fp8ops_rms_whole_row(chunks, int(residual)))
 
 
 def rms_pipelined(chunks: int, rows: int, elem_bytes: int, residual: bool, vec16: bool, resident_blocks: int) -> bool:
     """Whether rms_norm_quant's row kernel for `rows` row slots of `chunks` chunks is the pipelined
     one, with `resident_blocks` of its blocks on the device at once
-    (include/fp8ops/fused_quant_launch.h)."""
+    (include/fp8ops/rms_norm_quant_launch.h)."""
     return bool(_lib().fp8ops_rms_pipelined(chunks, rows, elem_bytes, int(residual), int(vec16), resident_blocks))
 
 
@@ -196,7 +196,7 @@ def silu_flat_grid(
     """The blocks and threads a block of silu_mul_quant's flat row kernel for `rows` row slots of
     `chunks` chunks, with the bf16 SiLU table or not, `resident_per_sm` of its blocks of 256
     threads and `wide_per_sm` of 512 fitting a multiprocessor; (0, 0) where the rows are sliced
-    (include/fp8ops/fused_quant_launch.h)."""
+    (include/fp8ops/silu_mul_quant_launch.h)."""
     out = (_I64 * 2)()
     _lib().fp8ops_silu_flat_grid(
         chunks, rows, elem_bytes, int(vec16), int(table), resident_per_sm, wide_per_sm, sm_count, out
@@ -274,7 +274,7 @@ def silu_mul_cuda(gate, up, path="flat"):
 
 def rms_inverse_sweep_cuda(D, norm_eps, part, lo, hi, device=0):
     """How many fp32 bit patterns in [lo, hi) give another result from rms_norm_quant's device
-    inverse than from the correctly rounded ops (fused_quant.cuh's rms_inverse_sweep_kernel; part
+    inverse than from the correctly rounded ops (rms_norm_quant.cuh's rms_inverse_sweep_kernel; part
     0: the whole inverse, as a sum, for divisor D; 1: its quotient; 2: the product by 1 / D, equal
     only for D a power of two; 3: its reciprocal square root, as ms + eps). For the tests."""
     import torch

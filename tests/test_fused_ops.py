@@ -75,7 +75,7 @@ def test_silu_fp32_error_on_bf16_gates_within_the_device_margin():
 
 
 def test_silu_table_premise_on_every_bf16_gate():
-    """The bf16 SiLU table of the kernels (fused_quant.cuh, silu_table.h): T(silu(g)) = b + d(b)
+    """The bf16 SiLU table of the kernels (silu_mul_quant.cuh, silu_table.h): T(silu(g)) = b + d(b)
     with d(b) = T(silu(g)) - b stored for lo <= |b| < hi only, and |b| clamped up to lo below that:
     every entry is silu_fp32's, and for every bf16 g with 2^-125 <= |g| < 128 (its domain) the
     lookup gives the CPU reference."""
@@ -106,7 +106,7 @@ def test_silu_table_premise_on_every_bf16_gate():
 
 
 def test_silu_table_range_on_two_bf16_values_a_word():
-    """silu_table_range (fused_quant.cuh) tests a word of two bf16 values b (low half) and c (high
+    """silu_table_range (silu_mul_quant.cuh) tests a word of two bf16 values b (low half) and c (high
     half) at once: the word times 2 less 0x200 in each half, modulo 2^32, has both halves below
     2 * (hi - 0x100) exactly when 0x100 <= |b|, |c| < hi (a borrow out of the low half happens
     only where b is out of range). Every b against edge values of c, and the other way round."""
@@ -331,7 +331,7 @@ def test_rms_inverse_against_torch_steps():
 
 @pytest.mark.gpu
 def test_cuda_rms_inverse_sweeps_every_fp32_value():
-    """The kernels' inverse (fused_quant.cuh's rms_inverse_fast) equals the correctly rounded ops
+    """The kernels' inverse (rms_norm_quant.cuh's rms_inverse_fast) equals the correctly rounded ops
     of rms_inverse, bit for bit: its quotient over every fp32 sum of its fast range for every D a
     multiple of 8 up to 16384, its reciprocal square root over every ms + eps of that range, and
     the whole inverse over every fp32 bit pattern (zero, subnormals, inf, NaN: the slow path) for a
@@ -560,7 +560,7 @@ def call_over_poison(fn, like):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     shapes = ((0, 256, 128), (1, 2048, 128), (3, 384, 64), (5, 96, 32), (17, 9216, 128), (4097, 512, 128))
-    # Few rows cut into slices (fused_quant_launch.h): of H = 33280, 8320 and 6144 into narrow
+    # Few rows cut into slices (silu_mul_quant_launch.h): of H = 33280, 8320 and 6144 into narrow
     # slices, a block per multiprocessor (8320: 1040 chunks, in slices of 96 with TMA-padded scale
     # rows or of 64 without, the last holding 80 or 16); 70 rows of 2560 into slices of 256 chunks,
     # the last holding 64. 300 rows of 6144 with groups of 64: lanes of two adjacent chunks in two
@@ -573,11 +573,11 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
     # last slice of one group of 64, alone in its word.
     shapes = (*shapes, (5, 8576, 128), (16, 18432, 128), (3, 4160, 64))
     # bf16 grids of 2^18 gate values or more look SiLU up in a table: rows, and 40 rows of 8192 in
-    # slices (fused_quant_launch.h's silu_table).
+    # slices (silu_mul_quant_launch.h's silu_table).
     shapes = (*shapes, (40, 16384, 128))
     # 1000 rows of 2048 (and the 4097 of 512 above): in bf16 those table kernels of a pair a lane
     # run on half the blocks, each making two passes; 2500 rows of 2048: blocks of 512 threads,
-    # two or three passes each (fused_quant_launch.h's silu_flat_grid); 420 rows of 2048: pairs,
+    # two or three passes each (silu_mul_quant_launch.h's silu_flat_grid); 420 rows of 2048: pairs,
     # one pass, on a block per row group.
     shapes = (*shapes, (1000, 2048, 128), (2500, 2048, 128), (420, 2048, 128))
     # Every lane shape runs: a chunk per lane, two adjacent chunks (large or wide rows), slices.
@@ -598,11 +598,11 @@ def test_cuda_silu_mul_quant_bit_identical_to_cpu(dtype, layout, pdl):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_cuda_silu_mul_quant_table_kernel_bit_identical_to_cpu(layout, pdl):
-    """Large flat bf16 grids look SiLU up in a table (fused_quant.cuh): rows of every magnitude (in
+    """Large flat bf16 grids look SiLU up in a table (silu_mul_quant.cuh): rows of every magnitude (in
     and out of the table's domain), rows of tiny gates (the clamp below it), a zero row, and rows
     holding every bf16 pattern (the exact fallback, NaN and inf included), contiguous and strided,
     bit for bit against the CPU reference. The grid is one whose loads of x are evict-first
-    (fused_quant_launch.h's silu_stream)."""
+    (silu_mul_quant_launch.h's silu_stream)."""
     M, H = 8191, 1024
     assert _native.silu_table_used(True, False, M, H)
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -694,7 +694,7 @@ def counts_summing_to(total, E, Mmax):
 @pytest.mark.gpu
 @pytest.mark.parametrize("layout", MASKED_LAYOUTS)
 def test_cuda_silu_mul_quant_masked_pairs_bit_identical_to_cpu(layout, pdl):
-    """Masked bf16 buffers whose valid rows reach fused_quant_launch.h's silu_masked_pairs: from
+    """Masked bf16 buffers whose valid rows reach silu_mul_quant_launch.h's silu_masked_pairs: from
     there the kernel takes units of two chunks and the SiLU table. One row below the switch, at it
     (with every bf16 gate pattern, tiny gates and a zero row) and every row valid; H = 512 to 2048,
     groups of 32 to 128, counts scanned by every warp and, with more than 32 experts, through
@@ -844,7 +844,7 @@ def test_cuda_rms_norm_quant_bit_identical_to_cpu(dtype, layout, pdl):
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
 @pytest.mark.parametrize("M, D", ((2201, 4096), (4401, 2048), (8803, 1024)))
 def test_cuda_rms_norm_quant_pipelined_bit_identical_to_cpu(dtype, M, D, pdl):
-    """The pipelined row kernel (fused_quant_launch.h's rms_pipelined: D = 4096, 2048 and 1024
+    """The pipelined row kernel (rms_norm_quant_launch.h's rms_pipelined: D = 4096, 2048 and 1024
     without the residual, 1, 2 and 4 rows a block, more than two waves of blocks even at 8 a
     multiprocessor) against the CPU kernel, every layout, contiguous and strided rows, with padding
     rows and non-finite values."""

@@ -7,10 +7,12 @@
 
 #include "../ops.h"
 #include "../settings.h"
-#include "fp8ops/fused_quant.cuh"
+#include "fp8ops/block_quant.cuh"
 #include "fp8ops/group_quant.cuh"
 #include "fp8ops/indexer.cuh"
 #include "fp8ops/pack_dequant.cuh"
+#include "fp8ops/rms_norm_quant.cuh"
+#include "fp8ops/silu_mul_quant.cuh"
 
 namespace fp8ops {
 namespace {
@@ -149,7 +151,7 @@ FP8OPS_C_API int fp8ops_silu_mul_cuda(const void* gate, const void* up, void* a,
   });
 }
 
-// fused_quant.cuh's rms_inverse_sweep_kernel over the fp32 bit patterns [lo, hi) for divisor D
+// rms_norm_quant.cuh's rms_inverse_sweep_kernel over the fp32 bit patterns [lo, hi) for divisor D
 // (8 to kRmsMaxD, with the kernels' rms_divisor_reciprocal), adding the count of results that
 // differ from the correctly rounded ops to the device counter at count (a uint64), on the given
 // stream: the GPU tests sweep rms_norm_quant's inverse with it. Returns the CUDA status.

@@ -32,7 +32,7 @@ constexpr uint32_t kSiluChunksPerLane = 1;
 constexpr uint32_t kRmsChunksPerLane = 2;
 
 // The bf16 magnitudes (bits) kSiluTableLo <= |b| < kSiluTableHi, 2^-9 <= |g| < 128, that
-// silu_mul_quant's bf16 SiLU table covers (fused_quant.cuh, silu_table.h).
+// silu_mul_quant's bf16 SiLU table covers (silu_mul_quant.cuh, silu_table.h).
 constexpr uint32_t kSiluTableLo = 0x3B00u, kSiluTableHi = 0x4300u;
 constexpr uint32_t kSiluTableSign = kSiluTableHi - kSiluTableLo;  // entries per sign, 0x800
 constexpr uint32_t kSiluTableEntries = 2 * kSiluTableSign;        // positive, then negative
@@ -82,7 +82,7 @@ struct RmsNormQuantParams {
   const void* weight;  // [D] contiguous
   float norm_eps;
   // D as a float and 1 / D correctly rounded (rms_divisor_reciprocal), as the device's inverse
-  // takes them (fused_quant.cuh's rms_inverse_fast).
+  // takes them (rms_norm_quant.cuh's rms_inverse_fast).
   float D_f, D_recip;
   int64_t T, T_q, T_s;
   RowQuantOut out;
@@ -137,7 +137,7 @@ FP8OPS_HD int64_t row_scale_word(const RowQuantOut& o, int64_t e, int64_t t, int
 inline float rms_divisor_reciprocal(int64_t D) { return static_cast<float>(1.0 / static_cast<double>(D)); }
 
 // The range of sums and of ms + eps in which the device's inverse takes its fast-path steps
-// (fused_quant.cuh's rms_inverse_fast); the GPU tests sweep every fp32 value of it.
+// (rms_norm_quant.cuh's rms_inverse_fast); the GPU tests sweep every fp32 value of it.
 constexpr float kRmsFastMin = 0x1p-100f, kRmsFastMax = 0x1p100f;
 
 // Step 3 of rms_norm_quant: 1 / sqrt(ms + eps), correctly rounded square root and division.

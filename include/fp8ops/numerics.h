@@ -267,7 +267,7 @@ __device__ __forceinline__ float group_reciprocal(float scale, bool ue8m0) {
 // div_rn_by is its second half: the quotient, remainder and correction from r, the refined
 // reciprocal of d, which is 1 / d correctly rounded (rcp_rn_normal's steps) and may come from
 // elsewhere. rms_norm_quant's inverse also takes it for sums in [2^-100, 2^100] and D in [8, 16384]
-// (fused_quant.cuh's rms_inverse_fast), a range that its GPU test sweeps in full.
+// (rms_norm_quant.cuh's rms_inverse_fast), a range that its GPU test sweeps in full.
 __device__ __forceinline__ float div_rn_by(float g, float d, float r) {
   const float q = __fmul_rn(g, r);
   return __fmaf_rn(__fmaf_rn(-d, q, g), r, q);
