@@ -266,8 +266,9 @@ __device__ __forceinline__ float group_reciprocal(float scale, bool ue8m0) {
 // over every bf16 and fp16 gate.
 // div_rn_by is its second half: the quotient, remainder and correction from r, the refined
 // reciprocal of d, which is 1 / d correctly rounded (rcp_rn_normal's steps) and may come from
-// elsewhere. rms_norm_quant's inverse also takes it for sums in [2^-100, 2^100] and D in [8, 16384]
-// (rms_norm_quant.cuh's rms_inverse_fast), a range that its GPU test sweeps in full.
+// elsewhere. rms_norm_quant's inverse also takes it for sums in fused_quant.h's [kRmsFastMin,
+// kRmsFastMax] and D in [8, 16384] (rms_norm_quant.cuh's rms_inverse_fast), a range that its GPU
+// test sweeps in full.
 __device__ __forceinline__ float div_rn_by(float g, float d, float r) {
   const float q = __fmul_rn(g, r);
   return __fmaf_rn(__fmaf_rn(-d, q, g), r, q);
@@ -279,9 +280,10 @@ __device__ __forceinline__ float div_rn_fast(float g, float d) {
 }
 
 // 1 / sqrt(v), the square root and the reciprocal each correctly rounded, as
-// div_rn(1, sqrt_rn(v)), for 2^-100 <= v <= 2^100: the compiler's own steps for __fsqrt_rn on the
-// path it takes for such v (the hardware's rsqrt, then one correction), then rcp_rn_normal, with
-// no range check. The GPU tests sweep every v of that range against the two correctly rounded ops.
+// div_rn(1, sqrt_rn(v)), for v in fused_quant.h's [kRmsFastMin, kRmsFastMax]: the compiler's own
+// steps for __fsqrt_rn on the path it takes for such v (the hardware's rsqrt, then one correction),
+// then rcp_rn_normal, with no range check. The GPU tests sweep every v of that range against the
+// two correctly rounded ops.
 __device__ __forceinline__ float rsqrt_rn_fast(float v) {
   float y;
   asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(v));
