@@ -53,7 +53,7 @@ inline bool rms_whole_row(const RowShape& s, bool residual) {
   return s.lanes == kRowBlockThreads && rms_whole_kernel(row_max_chunks(s.chunks_per_lane), residual);
 }
 
-// Whether rms_norm_quant's row kernel is pipelined (fused_quant.cuh says how), for `rows` row
+// Whether rms_norm_quant's row kernel is pipelined (rms_norm_quant.cuh says how), for `rows` row
 // slots of `chunks` chunks, resident_blocks blocks of the pipelined kernel fitting at once: 16-bit
 // rows without a residual, loaded 16 bytes at a time, of 64 to 256 lanes of two chunks (D = 1024,
 // 2048, 4096), in more than two waves of blocks. Only those ran faster pipelined (DESIGN.md). The

@@ -42,7 +42,7 @@ constexpr uint32_t silu_pass_units(int elem_bytes, uint32_t adjacent) {
 // Threads per block of silu_mul_quant's row kernel, for `pass_units` units per lane and pass (the
 // kernel's compiled count). A masked grid fills every block slot whatever the counts, and when few
 // rows are valid most of its blocks only read masked_m and exit: fewer, larger blocks cost less to
-// cycle through, and its rows are dealt out a block at a time (fused_quant.cuh), so a few rows
+// cycle through, and its rows are dealt out a block at a time (silu_mul_quant.cuh), so a few rows
 // still land on as many multiprocessors. Kernels of more than one unit per pass keep
 // kRowBlockThreads, since their registers would not fit a block of kSiluMaskedThreads.
 constexpr uint32_t kSiluMaskedThreads = 1024;
@@ -94,7 +94,7 @@ inline SiluShape silu_shape(int64_t chunks, int64_t rows, bool masked, int elem_
   return whole(single, 1);
 }
 
-// Whether a flat silu_mul_quant looks SiLU up in the bf16 table of fused_quant.cuh instead of
+// Whether a flat silu_mul_quant looks SiLU up in the bf16 table of silu_mul_quant.cuh instead of
 // computing it: bf16 inputs of at least kSiluTableMinValues gate values (rows * H). Each block
 // first copies the table (8 KiB) into shared memory, which smaller grids do not win back. Masked
 // buffers: the kernels of kSiluMaskedThreads threads over bf16 rows of one chunk a lane, loaded 16
