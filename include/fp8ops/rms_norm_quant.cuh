@@ -7,7 +7,9 @@
 #include <cooperative_groups.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "fp8ops/fused_quant.cuh"
 #include "fp8ops/launch.cuh"
