@@ -199,13 +199,17 @@ def silu_mul_quant(
     return q_out, storage[:, :, :Mmax].transpose(1, 2)
 
 
+def rms_inverse(ms, norm_eps):
+    """SPEC section 9 step 3 on fp32 ms: 1 / sqrt(ms + norm_eps) in fp32. The square root is
+    correctly rounded: in float64, then rounded (torch's fp32 CPU sqrt may be off by an ulp)."""
+    return 1.0 / torch.sqrt((ms + torch.tensor(norm_eps, dtype=torch.float32)).double()).float()
+
+
 def rms_norm(x, weight, norm_eps=1e-6, residual=None):
     """SPEC section 9 steps 1-4 in x's dtype T: (y, r), torch summing the squares in its own order."""
     r = (x.float() + residual.float()).to(x.dtype) if residual is not None else x
     ms = r.float().square().sum(-1, keepdim=True) / x.shape[-1]
-    # A correctly rounded fp32 square root: in float64, then rounded (torch's fp32 CPU sqrt may
-    # be off by an ulp).
-    inv = 1.0 / torch.sqrt((ms + torch.tensor(norm_eps, dtype=torch.float32)).double()).float()
+    inv = rms_inverse(ms, norm_eps)
     return ((r.float() * inv) * weight.float()).to(x.dtype), r
 
 
